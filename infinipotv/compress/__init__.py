@@ -1,0 +1,27 @@
+"""Compression policies: which vision tokens each KV head keeps when the video memory reaches its budget.
+
+    policy = build("tar_van_pool", alpha=0.5, r_ratio=0.125, pooling="layer_quartile")
+    kept = policy(keys, values, layout, n_keep, layer, n_layers)  # LongTensor [H, n_keep], ascending per head
+
+A policy scores tokens (higher = keep) or picks them; top-|C| selection, sorting and checks are shared
+(:mod:`.base`). Policies: full, uniform_frames, uniform_tokens, swa, random, knorm, tar, van, van_pool, tar_van,
+tar_van_pool (InfiniPot-V), tar_reversed, van_reversed, tar_frame.
+"""
+
+from . import baselines, frames, tar_van  # noqa: F401  (registers the policies)
+from .base import POLICIES, PRESETS, Policy, build, compressed_size, policy_params, register
+from .layout import FRAME_VIEWS, FrameLayout
+from .pooling import POOLINGS
+
+__all__ = [
+    "FRAME_VIEWS",
+    "POLICIES",
+    "POOLINGS",
+    "PRESETS",
+    "FrameLayout",
+    "Policy",
+    "build",
+    "compressed_size",
+    "policy_params",
+    "register",
+]

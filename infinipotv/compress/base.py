@@ -1,0 +1,193 @@
+"""The policy contract, the registry, and the selection every policy shares.
+
+A policy is a small frozen dataclass registered under its name. It either scores tokens
+(``score(keys, values, layout, layer, n_layers) -> [H, T]``, higher = keep) or, for positional and whole-frame
+baselines, picks them (``keep(...) -> [H, n_keep]``). Everything else lives here, once: input checks, fp32
+conversion, top-|C| per head, sorting (so each head's tokens stay in time order), output checks.
+
+Parameters a variant fixes (``tar`` is ``tar_van_pool`` with alpha 1 and no pooling) are declared with
+:func:`fixed`: they are not constructor arguments, so ``policy_params`` lists only what a user may set and the
+config layer cannot silently override a variant's defining value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from enum import Enum
+from typing import Any, Callable, ClassVar, TypeVar
+
+import torch
+
+from .layout import FrameLayout
+
+POLICIES: dict[str, type["Policy"]] = {}
+
+# Named bundles of defaults. Explicit keyword arguments win over a preset; a preset value is only applied to a
+# policy that declares that parameter. Under public_code the "uniform" baseline is uniform_tokens (the paper's
+# "Uniform Select" is uniform_frames).
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "public_code": {"r_ratio": 0.25, "pooling": "none"},
+}
+
+P = TypeVar("P", bound=type["Policy"])
+
+
+def register(name: str) -> Callable[[P], P]:
+    """Class decorator: make the policy buildable as ``build(name)``."""
+
+    def decorate(cls: P) -> P:
+        if name in POLICIES:
+            raise ValueError(f"compression policy {name!r} is registered twice")
+        cls.name = name
+        POLICIES[name] = cls
+        return cls
+
+    return decorate
+
+
+def fixed(value: Any) -> Any:
+    """A field a registered variant pins: not a constructor argument, not listed by :func:`policy_params`."""
+    return field(default=value, init=False)
+
+
+def plain(value: Any) -> Any:
+    """Config values arrive as str-Enums or OmegaConf lists: store plain Python values."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return tuple(plain(v) for v in value)
+    return value
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is unknown; use one of {', '.join(choices)}")
+
+
+def check_range(name: str, value: float, low: float, high: float, low_open: bool = False) -> None:
+    if not ((low < value if low_open else low <= value) and value <= high):
+        bracket = "(" if low_open else "["
+        raise ValueError(f"{name}={value} must be in {bracket}{low}, {high}]")
+
+
+def compressed_size(budget: int, c_ratio: float) -> int:
+    """|C| = round(c_ratio * |M|): the tokens per head a compression pass keeps."""
+    if budget < 2:
+        raise ValueError(f"budget={budget} must be >= 2 vision tokens (e.g. budget=6000)")
+    if not 0 < c_ratio < 1:
+        raise ValueError(f"c_ratio={c_ratio} must be in (0, 1), e.g. c_ratio=0.75")
+    n_keep = round(c_ratio * budget)
+    if not 1 <= n_keep < budget:
+        raise ValueError(f"c_ratio={c_ratio} with budget={budget} keeps {n_keep} tokens; choose c_ratio in (0, 1)")
+    return n_keep
+
+
+def top_indices(score: torch.Tensor, n_keep: int) -> torch.Tensor:
+    """The ``n_keep`` highest-scoring token indices per head, ``[H, n_keep]`` (unsorted)."""
+    return torch.topk(score, n_keep, dim=1, sorted=False).indices
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Base of every compression policy. Subclasses implement :meth:`score` or override :meth:`keep`."""
+
+    name: ClassVar[str] = ""
+    evicts: ClassVar[bool] = True  # False only for ``full``: the session never compresses with it
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, plain(getattr(self, f.name)))
+
+    def validate(self, n_keep: int, tokens_per_frame: int, n_tokens: int) -> None:
+        """Fail at startup on a combination that cannot work. ``n_tokens``: the most tokens the region holds when
+        a pass runs (|M| plus one chunk); frame-based rules are checked there, where r is largest."""
+        if tokens_per_frame < 1:
+            raise ValueError(f"tokens_per_frame={tokens_per_frame} must be >= 1")
+        if not 1 <= n_keep <= n_tokens:
+            raise ValueError(f"n_keep={n_keep} must be in [1, {n_tokens}] (the tokens in the region)")
+
+    def score(
+        self, keys: torch.Tensor, values: torch.Tensor, layout: FrameLayout, layer: int, n_layers: int
+    ) -> torch.Tensor:
+        """``[H, T]`` scores in fp32, higher = keep."""
+        raise NotImplementedError(f"{type(self).__name__} must implement score() or keep()")
+
+    def keep(
+        self,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        layout: FrameLayout,
+        n_keep: int,
+        layer: int,
+        n_layers: int,
+    ) -> torch.Tensor:
+        """``[H, n_keep]`` indices to keep, any order: by default the top ``n_keep`` of :meth:`score`."""
+        return top_indices(self.score(keys, values, layout, layer, n_layers), n_keep)
+
+    def __call__(
+        self,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        layout: FrameLayout,
+        n_keep: int,
+        layer: int,
+        n_layers: int,
+    ) -> torch.Tensor:
+        """Indices ``[H, n_keep]`` (LongTensor, ascending per head) of the tokens each head keeps."""
+        if keys.dim() != 3 or values.shape[:2] != keys.shape[:2]:
+            raise ValueError(
+                f"keys and values must be [H, T, D] with the same H and T, got {tuple(keys.shape)} and "
+                f"{tuple(values.shape)}"
+            )
+        heads, n_tokens = keys.shape[:2]
+        if tuple(layout.token_ids.shape) != (heads, n_tokens):
+            raise ValueError(
+                f"layout.token_ids is {tuple(layout.token_ids.shape)}, expected [H, T] = {(heads, n_tokens)}"
+            )
+        if not 1 <= n_keep <= n_tokens:
+            raise ValueError(f"n_keep={n_keep} must be in [1, T={n_tokens}]")
+        if not 0 <= layer < n_layers:
+            raise ValueError(f"layer={layer} must be in [0, n_layers={n_layers})")
+        if not self.evicts and n_keep < n_tokens:
+            raise ValueError(
+                f"policy {self.name!r} never evicts: do not compress with it (n_keep={n_keep} < T={n_tokens})"
+            )
+        layout = FrameLayout(layout.token_ids.to(keys.device), layout.grid)
+        kept = self.keep(keys.float(), values.float(), layout, n_keep, layer, n_layers)
+        kept = kept.long().sort(dim=1).values
+        if kept.shape != (heads, n_keep) or (kept[:, 1:] <= kept[:, :-1]).any():
+            raise RuntimeError(f"policy {self.name!r} returned invalid indices of shape {tuple(kept.shape)}")
+        return kept
+
+
+def policy_params(name: str) -> dict[str, Any]:
+    """The parameters ``name`` declares, with their defaults (what the config layer may pass to :func:`build`)."""
+    cls = _policy_class(name)
+    params = {}
+    for f in fields(cls):
+        if f.init:
+            params[f.name] = f.default if f.default is not MISSING else f.default_factory()
+    return params
+
+
+def build(name: str, preset: str = "paper", **kwargs: Any) -> Policy:
+    """The policy registered as ``name``, with ``preset``'s defaults then ``kwargs`` applied."""
+    cls = _policy_class(name)
+    if preset not in PRESETS:
+        raise ValueError(f"preset={preset!r} is unknown; use one of {', '.join(PRESETS)}")
+    params = policy_params(name)
+    unknown = sorted(set(kwargs) - set(params))
+    if unknown:
+        valid = ", ".join(params) or "none"
+        raise TypeError(f"compression policy {name!r} has no parameter {', '.join(unknown)}; its parameters: {valid}")
+    values = {k: v for k, v in PRESETS[preset].items() if k in params}
+    values.update(kwargs)
+    return cls(**values)
+
+
+def _policy_class(name: str) -> type[Policy]:
+    if name not in POLICIES:
+        raise ValueError(f"unknown compression policy {name!r}; valid: {', '.join(sorted(POLICIES))}")
+    return POLICIES[name]

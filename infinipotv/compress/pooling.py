@@ -1,0 +1,85 @@
+"""Spatio-temporal average pooling of the VaN map before top-k.
+
+Pooling turns "keep the tokens with the largest value norm" into "keep the tokens in neighbourhoods of large value
+norm", so kept tokens come in spatially/temporally coherent patches rather than isolated outliers. Conventions
+(spec, "Scores"): average, stride 1, "same" zero padding with the zeros counted (tokens at the borders are damped),
+kernel clipped to the grid dimension and made odd (so "same" stays symmetric). Pooling runs on the dense
+``[frames, h, w]`` grid of a :class:`FrameCoords` (zeros where the view has no token), then reads back each
+token's cell.
+
+Which kernel a layer gets:
+- ``layer_quartile`` (public code): layers split into 4 equal groups by index (group = layer * 4 // n_layers, so any
+  n_layers works): 3D kernel 7 over (frame, h, w); 2D kernel 5 inside each frame; 1D kernel 3 over the token
+  sequence; no pooling.
+- ``cv`` (paper): CV = std / mean of the layer's raw VaN scores (all heads and tokens, population std). Our reading
+  of the thresholds tau1 > tau2 > tau3: CV >= tau1 -> 3D 7, >= tau2 -> 2D 5, >= tau3 -> 1D 3, below -> none. A high
+  CV means a few tokens dominate the value norms; a wider kernel then keeps their neighbourhoods too instead of a
+  handful of isolated outliers. The paper does not publish the thresholds: the defaults (1.0, 0.6, 0.3) are config
+  values with no claim of fidelity.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .layout import FrameCoords
+
+POOLINGS = ("none", "layer_quartile", "cv")
+# (mode, kernel) from the widest to none; layer_quartile walks it by layer group, cv by threshold.
+KERNELS: tuple[tuple[str, int], ...] = (("3d", 7), ("2d", 5), ("1d", 3), ("none", 1))
+
+
+def odd_kernel(size: int, extent: int) -> int:
+    """``size`` clipped to ``extent`` and made odd (rounded down), at least 1."""
+    k = min(size, extent)
+    return max(1, k if k % 2 else k - 1)
+
+
+def coefficient_of_variation(scores: torch.Tensor) -> float:
+    """std / mean over every head and token; 0 for an all-zero map (nothing to smooth)."""
+    mean = scores.mean()
+    if mean <= 0:
+        return 0.0
+    return float(scores.std(correction=0) / mean)
+
+
+def pooling_kernel(
+    pooling: str, layer: int, n_layers: int, van: torch.Tensor, cv_thresholds: tuple[float, float, float]
+) -> tuple[str, int]:
+    """The (mode, kernel size) this layer's VaN map is pooled with."""
+    if pooling == "none":
+        return KERNELS[-1]
+    if pooling == "layer_quartile":
+        return KERNELS[layer * 4 // n_layers]
+    if pooling == "cv":
+        cv = coefficient_of_variation(van)
+        passed = sum(cv >= tau for tau in cv_thresholds)
+        return KERNELS[len(cv_thresholds) - passed]
+    raise ValueError(f"pooling={pooling!r} is unknown; use one of {', '.join(POOLINGS)}")
+
+
+def pool(scores: torch.Tensor, coords: FrameCoords, mode: str, size: int) -> torch.Tensor:
+    """Average-pool ``scores`` ``[H, T]`` over the dense grid of ``coords``; returns ``[H, T]``."""
+    if mode == "none":
+        return scores
+    heads = scores.shape[0]
+    h, w = coords.grid
+    n_grid = coords.n_grid_frames
+    dense = coords.to_grid(scores).view(heads, -1)
+    if mode == "1d":
+        k = odd_kernel(size, dense.shape[1])
+        pooled = F.avg_pool1d(dense[:, None], k, stride=1, padding=k // 2, count_include_pad=True)
+    elif mode in ("2d", "3d"):
+        kf = odd_kernel(size, n_grid) if mode == "3d" else 1
+        kernel = (kf, odd_kernel(size, h), odd_kernel(size, w))
+        pooled = F.avg_pool3d(
+            dense.view(heads, 1, n_grid, h, w),
+            kernel,
+            stride=1,
+            padding=tuple(k // 2 for k in kernel),
+            count_include_pad=True,
+        )
+    else:
+        raise ValueError(f"pooling mode {mode!r} is unknown; use one of {', '.join(m for m, _ in KERNELS)}")
+    return pooled.reshape(heads, -1).gather(1, coords.cell)

@@ -1,0 +1,13 @@
+"""Benchmarks (one module each, registered by name), video decoding and the synthetic benchmark."""
+
+from infinipotv.data import (  # noqa: F401  (each import registers its benchmark)
+    egoschema,
+    longvideobench,
+    mlvu,
+    streamingbench,
+    synthetic,
+    videomme,
+)
+from infinipotv.data.base import BENCHMARKS, Benchmark, Question, VideoSample, register
+
+__all__ = ["BENCHMARKS", "Benchmark", "Question", "VideoSample", "register"]

@@ -1,0 +1,72 @@
+"""The benchmark contract: videos with their questions, prompts, answer parsing and scoring.
+
+A benchmark module is one file with a :class:`Benchmark` subclass registered by name; its YAML in
+``conf/benchmark/`` sets the local paths. The job streams each :class:`VideoSample` through the session once and
+answers all of its questions on that memory (streaming benchmarks: each question at its ``time_s``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+@dataclass
+class Question:
+    """One question about one video.
+
+    ``prompt`` is the whole user text that follows the video (the benchmark's protocol); the model adapter wraps it
+    in its chat template. ``time_s`` is None for offline benchmarks (asked after the whole video) and the stream time
+    at which a streaming question is asked otherwise. ``categories`` holds the benchmark's own breakdown fields
+    (e.g. ``{"duration": "short", "domain": ..., "task_type": ...}``); they are copied into every prediction record.
+    """
+
+    qid: str
+    prompt: str
+    gold: str
+    options: dict[str, str] = field(default_factory=dict)
+    categories: dict[str, str] = field(default_factory=dict)
+    time_s: float | None = None
+    max_new_tokens: int = 16
+
+
+@dataclass
+class VideoSample:
+    """A video file and its questions. ``error`` names a problem found while loading the annotations."""
+
+    video_id: str
+    path: Path
+    questions: list[Question]
+    error: str | None = None
+
+
+class Benchmark(ABC):
+    """Loading, prompts, parsing and scoring for one benchmark. Subclasses register with :func:`register`."""
+
+    name: ClassVar[str]
+    streaming: ClassVar[bool] = False
+
+    @abstractmethod
+    def samples(self) -> Iterator[VideoSample]:
+        """Every video in a fixed order, each with its questions (the job applies the subset selection once, for
+        every benchmark: :func:`infinipotv.data.subset.select`)."""
+
+    @abstractmethod
+    def parse(self, output: str, question: Question) -> str | None:
+        """The option letter the model chose, or None when nothing can be parsed."""
+
+    @abstractmethod
+    def score(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """Scores (0-100) from prediction records alone, overall and per category."""
+
+
+BENCHMARKS: dict[str, type[Benchmark]] = {}
+
+
+def register(cls: type[Benchmark]) -> type[Benchmark]:
+    """Class decorator: make a benchmark buildable by its ``name``."""
+    BENCHMARKS[cls.name] = cls
+    return cls

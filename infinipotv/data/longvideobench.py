@@ -1,0 +1,52 @@
+"""LongVideoBench validation set (lmms-eval task ``longvideobench_val_v``): 1,337 questions, up to 5 options.
+
+lmms-eval's parser takes the first capital A-E anywhere, so "Answer: B" scores as A; ``faithful`` keeps that (and
+its seeded random letter for an unparseable answer) to match published numbers, ``strict`` reads the standalone
+letter. Answers get 32 new tokens, as in lmms-eval.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from infinipotv.data.base import Question, register
+from infinipotv.data.loading import ANSWER_DIRECTLY, LETTERS, AnnotatedBenchmark, RowError
+from infinipotv.data.parsing import first_capital
+
+MAX_NEW_TOKENS = 32
+
+
+def _options(row: dict[str, Any]) -> list[str]:
+    """The real options: the ``candidates`` list of the released json, or the Hub's option0..option4 minus "N/A"."""
+    raw = row["candidates"] if "candidates" in row else [row[f"option{i}"] for i in range(5) if f"option{i}" in row]
+    options = [str(o) for o in raw if o is not None and str(o) != "N/A"]
+    if not 2 <= len(options) <= 5:
+        raise RowError(f"expected 2-5 options, got {len(options)}")
+    return options
+
+
+@register
+class LongVideoBench(AnnotatedBenchmark):
+    """Annotations: ``{root}/lvb_val.json`` as released (or the Hub parquet); videos: ``{root}/videos/{video_path}``."""
+
+    name = "longvideobench"
+    default_annotations = "lvb_val.json"
+    id_field = "id"
+    video_field = "video_id"
+    category_fields = {"duration_group": "duration_group", "question_category": "question_category",
+                       "topic_category": "topic_category"}
+
+    def row(self, row: dict[str, Any]) -> tuple[str, Path, Question]:
+        options = dict(zip(LETTERS, _options(row)))
+        choice = int(row["correct_choice"])
+        if not 0 <= choice < len(options):
+            raise RowError(f"correct_choice {choice} is not an index of the {len(options)} options")
+        lines = "\n".join(f"{letter}. {text}" for letter, text in options.items())
+        question = Question(qid=str(row["id"]), prompt=f"{row['question']}\n{lines}\n{ANSWER_DIRECTLY}\n",
+                            gold=LETTERS[choice], options=options, categories=self.categories(row),
+                            max_new_tokens=MAX_NEW_TOKENS)
+        return str(row["video_id"]), self.root / "videos" / str(row["video_path"]), question
+
+    def parse(self, output: str, question: Question) -> str | None:
+        return first_capital(output, "".join(question.options), question.qid, self.cfg.seed, strict=self.strict)

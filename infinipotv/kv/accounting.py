@@ -1,0 +1,150 @@
+"""Byte accounting of the kept KV cache: the analytic figure per token, budgets in bytes, and measured totals.
+
+Analytic bytes per token per KV head (D = head_dim, G = group_size, s = scale/zero width in bytes):
+
+- full precision (fp16/bf16, ``bits=16``): keys + values ``2 * D * 2``; fp32 (``bits=32``): ``2 * D * 4``.
+- INT-b KIVI, full groups: codes ``2 * D * b / 8``; value scale+zero ``(D / G) * 2 * s`` (one pair per token per
+  G channels); key scale+zero ``D * 2 * s / G`` (one row per channel per group of G tokens, amortised).
+
+At D = 128, G = 32, s = 2: INT4 = 64 + 64 + 16 + 16 = 160 B, INT2 = 96 B, FP16 = 512 B, plus ``position_bytes``
+(4 for one stored int32 id per token per head: 164 B and 100 B). The figure rests on 2-byte scale/zero, full key groups
+(after eviction a group with n survivors costs ``D * 2 * s / n`` per survivor) and a residual window counted apart.
+:func:`cache_bytes` and :func:`tokens_for_bytes` count that window at full precision; the measured side
+(:func:`sum_parts` over ``store.nbytes()``) counts everything the tensors really occupy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from infinipotv.kv.quant import BITS
+
+FULL_PRECISION_BITS = (16, 32)
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Storage:
+    """How one token of one KV head is stored.
+
+    ``bits``: 16/32 = full precision, 2/4/8 = KIVI codes. ``scale_bytes``: width of one KIVI scale or zero (and of the
+    residual window's elements); 2 for fp16/bf16. ``position_bytes``: the stored stream id per token per head
+    (4 = int32, 0 to leave it out). ``group_count_bytes``: the store's survivors-per-key-group counter (2 in
+    :class:`~infinipotv.kv.kivi.KiviStore`), 0 by default because the published figure leaves it out.
+    """
+
+    bits: int = 16
+    group_size: int = 32
+    residual_length: int = 128
+    scale_bytes: int = 2
+    position_bytes: int = 4
+    group_count_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.bits not in BITS + FULL_PRECISION_BITS:
+            raise ValueError(f"bits={self.bits}: use 16 (fp16/bf16), 32 (fp32) or KIVI's {BITS}")
+        if self.group_size <= 0 or self.residual_length < 0:
+            raise ValueError(
+                f"group_size={self.group_size} must be > 0 and residual_length={self.residual_length} >= 0"
+            )
+
+    @property
+    def quantized(self) -> bool:
+        return self.bits in BITS
+
+    @property
+    def window(self) -> int:
+        """Most tokens a head holds at full precision: KIVI's window never reaches R + G."""
+        return self.residual_length + self.group_size - 1 if self.quantized else 0
+
+    @classmethod
+    def from_config(cls, quant: Any, model_dtype: torch.dtype, position_bytes: int = 4) -> "Storage":
+        """From a ``QuantConfig`` (``bits``, ``dtype``, ``group_size``, ``residual_length``); ``dtype: auto`` means
+        ``model_dtype``. Full precision stores keys/values at that dtype's width."""
+        dtype = model_dtype if quant.dtype == "auto" else DTYPES.get(quant.dtype)
+        if dtype is None:
+            raise ValueError(f"quant.dtype={quant.dtype!r}: use auto or one of {sorted(DTYPES)}")
+        width = torch.empty(0, dtype=dtype).element_size()
+        bits = 8 * width if quant.bits in FULL_PRECISION_BITS else quant.bits
+        return cls(bits, quant.group_size, quant.residual_length, width, position_bytes)
+
+
+@dataclass(frozen=True)
+class TokenBytes:
+    """Analytic bytes per token per KV head, by part (full precision puts everything in ``codes``)."""
+
+    codes: float
+    value_scale_zero: float
+    key_scale_zero: float
+    positions: float
+    key_groups: float
+
+    @property
+    def total(self) -> float:
+        return self.codes + self.value_scale_zero + self.key_scale_zero + self.positions + self.key_groups
+
+
+def bytes_per_token(head_dim: int, storage: Storage) -> TokenBytes:
+    """Bytes per token per KV head under ``storage`` with full key groups (see the module docstring)."""
+    d, g, s = head_dim, storage.group_size, storage.scale_bytes
+    if not storage.quantized:
+        return TokenBytes(2 * d * storage.bits / 8, 0.0, 0.0, storage.position_bytes, 0.0)
+    if d % g:
+        raise ValueError(f"head_dim={d} must be a multiple of group_size={g} (values are grouped over channels)")
+    return TokenBytes(
+        codes=2 * d * storage.bits / 8,
+        value_scale_zero=d / g * 2 * s,
+        key_scale_zero=d * 2 * s / g,
+        positions=storage.position_bytes,
+        key_groups=storage.group_count_bytes / g,
+    )
+
+
+def full_precision_bytes_per_token(head_dim: int, storage: Storage) -> float:
+    """A residual-window token: keys + values at the scale/zero width (the activation dtype), plus its position."""
+    return 2 * head_dim * storage.scale_bytes + storage.position_bytes
+
+
+def cache_bytes(tokens: int, n_layers: int, n_kv_heads: int, head_dim: int, storage: Storage) -> float:
+    """Analytic bytes of a whole-model cache holding ``tokens`` per head per layer.
+
+    Under KIVI the newest ``min(tokens, R + G - 1)`` tokens (the largest the window gets) are counted at full
+    precision and the rest at the full-group rate of :func:`bytes_per_token`.
+    """
+    fp = min(tokens, storage.window)
+    per_head = fp * full_precision_bytes_per_token(head_dim, storage)
+    per_head += (tokens - fp) * bytes_per_token(head_dim, storage).total
+    return n_layers * n_kv_heads * per_head
+
+
+def tokens_for_bytes(budget_bytes: float, n_layers: int, n_kv_heads: int, head_dim: int, storage: Storage) -> int:
+    """|M|: the most tokens per head per layer whose :func:`cache_bytes` fits ``budget_bytes`` for the whole model.
+
+    Included: codes, scales/zeros, positions (``storage.position_bytes``) and, for KIVI, a full-precision window of
+    R + G - 1 tokens (its worst case). Not included: key groups left partial by eviction, padding between heads
+    (both measured by the store's ``nbytes()``) and the transient question/answer tail.
+    """
+    if budget_bytes <= 0:
+        raise ValueError(f"budget_bytes={budget_bytes} must be positive")
+    heads = n_layers * n_kv_heads
+    fp_rate = full_precision_bytes_per_token(head_dim, storage)
+    rate = bytes_per_token(head_dim, storage).total
+    window = storage.window
+    if budget_bytes <= heads * window * fp_rate:
+        return int(budget_bytes // (heads * fp_rate))
+    return window + math.floor((budget_bytes - heads * window * fp_rate) / (heads * rate))
+
+
+def sum_parts(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Measured bytes by part summed over stores (e.g. ``store.nbytes()`` of every layer); ``total`` added."""
+    out: dict[str, int] = {}
+    for p in parts:
+        for name, n in p.items():
+            out[name] = out.get(name, 0) + n
+    out["total"] = sum(out.values())
+    return out
+

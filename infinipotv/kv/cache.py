@@ -1,0 +1,100 @@
+"""The transformers Cache the model sees: one :class:`StoreLayer` per decoder layer, delegating to a KV store.
+
+Tokens prefilled while the cache is *committing* (system prefix, video chunks) go into the stores. Tokens prefilled
+inside :meth:`StreamCache.transient` (a question and its answer) go into a full-precision tail that is dropped when
+the block ends: the video memory that the next question or the next frames see cannot depend on what was asked.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from infinipotv.kv.store import KVStore
+
+
+class StoreLayer(CacheLayerMixin):
+    """One layer: committed tokens in a store, plus an optional transient full-precision tail."""
+
+    is_sliding = False
+    is_croppable = False
+
+    def __init__(self, store: KVStore) -> None:
+        super().__init__()
+        self.store = store
+        self.token_ids: torch.Tensor | None = None  # ids of the tokens the next committing forward adds
+        self.transient = False
+        self.tail: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device, self.dtype = key_states.device, key_states.dtype
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        k, v = key_states[0], value_states[0]  # batch size 1: [H, N, D]
+        if self.transient:
+            self.tail = (k, v) if self.tail is None else (torch.cat([self.tail[0], k], 1), torch.cat([self.tail[1], v], 1))
+        else:
+            if self.token_ids is None or self.token_ids.numel() != k.shape[1]:
+                raise RuntimeError("StreamCache: token ids for the committed tokens were not set (use cache.commit(ids))")
+            self.store.append(k, v, self.token_ids)
+        keys, values = (self.store.dequantized() if len(self.store) else (k[:, :0], v[:, :0]))
+        if self.tail is not None:
+            keys = torch.cat([keys.to(self.tail[0].dtype), self.tail[0]], 1)
+            values = torch.cat([values.to(self.tail[1].dtype), self.tail[1]], 1)
+        return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)
+
+    def get_seq_length(self) -> int:
+        return len(self.store) + (0 if self.tail is None else self.tail[0].shape[1])
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.get_seq_length() + query_length, 0
+
+    def get_max_length(self) -> int:
+        return -1
+
+
+class StreamCache(Cache):
+    """A Cache over per-layer stores, with a transient mode for questions and answers."""
+
+    def __init__(self, n_layers: int, make_store: Callable[[], KVStore]) -> None:
+        super().__init__(layers=[StoreLayer(make_store()) for _ in range(n_layers)])
+
+    @property
+    def stores(self) -> list[KVStore]:
+        return [layer.store for layer in self.layers]
+
+    def commit(self, token_ids: torch.Tensor) -> None:
+        """Declare the stream ids of the tokens the next forward adds to the stores (-1 for text)."""
+        for layer in self.layers:
+            layer.token_ids = token_ids
+
+    @contextmanager
+    def transient(self) -> Iterator[None]:
+        """Everything prefilled or generated inside the block is dropped when it ends."""
+        for layer in self.layers:
+            layer.transient = True
+        try:
+            yield
+        finally:
+            for layer in self.layers:
+                layer.transient, layer.tail = False, None
+
+    def committed_length(self) -> int:
+        return len(self.layers[0].store)
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes the stores' tensors occupy, by part, summed over layers (the transient tail is not memory)."""
+        total: dict[str, int] = {}
+        for store in self.stores:
+            for part, n in store.nbytes().items():
+                total[part] = total.get(part, 0) + n
+        return total
+
+    def layer_nbytes(self) -> list[int]:
+        return [sum(store.nbytes().values()) for store in self.stores]

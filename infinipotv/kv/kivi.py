@@ -1,0 +1,275 @@
+"""KIVI storage of one layer's kept tokens inside an evicting cache.
+
+Appends go to a full-precision residual window. When a head's window reaches ``residual_length + group_size``
+tokens, its oldest ``group_size`` tokens are quantized (keys per channel: one scale/zero row ``[D]`` per group;
+values per token: ``[D / G]`` scale/zero per token) and move to the quantized part, keys and values together so both
+stay aligned. The window then holds between R and R + G - 1 tokens, as in KIVI.
+
+Eviction (:meth:`KiviStore.keep`) never re-quantizes a survivor: codes are token-major, so keeping tokens is a row
+gather of keys and values alike; a key group keeps its scale/zero row while any of its tokens survive (a count per
+group says how many) and frees it when none does. Re-quantizing survivors into new groups would compound the error
+with every compression step.
+
+After eviction each head keeps its own set of tokens (same total per head), so heads hold different numbers of
+quantized tokens, key groups and residual tokens. Every part is one padded tensor ``[H, max over heads, ...]`` plus
+per-head lengths; all operations are vectorised over heads. Per head, quantized tokens always precede residual
+tokens in stream order (a flush moves the oldest residual tokens; eviction preserves order), so the stream order of a
+head is its quantized part followed by its residual part.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from infinipotv.kv.quant import check_bits, dequantize_codes, expand_value_params, quantize
+from infinipotv.kv.store import POSITION_DTYPE, KVStore
+
+GROUP_COUNT_DTYPE = torch.int16  # survivors per key group (<= group_size), with the [H] lengths the bookkeeping
+
+
+def gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``out[h, t] = x[h, idx[h, t]]`` for ``x`` ``[H, L, ...]`` and ``idx`` ``[H, n]``."""
+    heads = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
+    return x[heads, idx]
+
+
+def ragged_cat(a: torch.Tensor, la: torch.Tensor, b: torch.Tensor, lb: torch.Tensor) -> torch.Tensor:
+    """Per head, the first ``la[h]`` rows of ``a`` then the first ``lb[h]`` rows of ``b``, padded to the longest head.
+
+    Padding rows (past ``la[h] + lb[h]``) repeat some valid or padding row: their content is never read.
+    """
+    n = int((la + lb).max()) if la.numel() else 0
+    both = torch.cat([a, b], dim=1)
+    if n == 0:
+        return a.new_empty((a.shape[0], 0, *a.shape[2:]))
+    t = torch.arange(n, device=a.device).unsqueeze(0)
+    idx = torch.where(t < la.unsqueeze(1), t, a.shape[1] + t - la.unsqueeze(1))
+    return gather_rows(both, idx.clamp(max=both.shape[1] - 1))
+
+
+def token_groups(counts: torch.Tensor, n: int) -> torch.Tensor:
+    """``[H, n]`` index of the key group that each of a head's first ``n`` quantized tokens belongs to.
+
+    ``counts`` ``[H, Lg]`` holds the survivors per group in stream order (0 for padding groups), so a token's group
+    is the first whose running total exceeds the token's rank.
+    """
+    ends = counts.cumsum(dim=1)
+    rank = torch.arange(n, device=counts.device).expand(counts.shape[0], n).contiguous()
+    return torch.searchsorted(ends, rank, right=True).clamp(max=max(counts.shape[1] - 1, 0))
+
+
+class KiviStore(KVStore):
+    """Keys and values stored as KIVI codes (keys per channel, values per token) plus a full-precision window.
+
+    ``bits`` in {2, 4, 8}; ``group_size`` G divides head_dim; ``residual_length`` R >= 0 newest tokens stay in
+    ``dtype`` (None = the dtype of the first append), which is also the scale/zero dtype (2 bytes for fp16/bf16).
+    """
+
+    def __init__(
+        self, bits: int = 4, group_size: int = 32, residual_length: int = 128, dtype: torch.dtype | None = None
+    ) -> None:
+        check_bits(bits)
+        if group_size <= 0:
+            raise ValueError(f"group_size={group_size} must be a positive number of tokens/channels (KIVI: 32)")
+        if residual_length < 0:
+            raise ValueError(f"residual_length={residual_length} must be >= 0 (KIVI: 128 full-precision tokens)")
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"dtype={dtype} must be a floating-point dtype (float16, bfloat16 or float32)")
+        self.bits, self.group_size, self.residual_length, self.dtype = bits, group_size, residual_length, dtype
+        self._ids: torch.Tensor | None = None  # [H, T] stream ids (int32), all heads the same length
+        self._nq = torch.zeros(0, dtype=torch.long)  # [H] quantized tokens per head
+        self._k_codes = self._v_codes = torch.zeros(0)  # [H, Lq, D * bits / 8] uint8, token-major
+        self._v_scale = self._v_zero = torch.zeros(0)  # [H, Lq, D / G]
+        self._k_scale = self._k_zero = torch.zeros(0)  # [H, Lg, D], one row per live key group
+        self._k_count = torch.zeros(0, dtype=GROUP_COUNT_DTYPE)  # [H, Lg] survivors per key group, 0 = padding
+        self._res_k = self._res_v = torch.zeros(0)  # [H, Lr, D] full-precision window
+
+    # -- lengths -------------------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return 0 if self._ids is None else self._ids.shape[1]
+
+    @property
+    def n_quantized(self) -> torch.Tensor:
+        """``[H]`` tokens held as codes, per head."""
+        return self._nq.clone()
+
+    @property
+    def n_residual(self) -> torch.Tensor:
+        """``[H]`` tokens held in the full-precision window, per head."""
+        return len(self) - self._nq
+
+    @property
+    def n_key_groups(self) -> torch.Tensor:
+        """``[H]`` key groups with at least one surviving token (each costs one scale/zero row), per head."""
+        return (self._k_count > 0).sum(dim=1)
+
+    # -- the store contract ----------------------------------------------------------------------------------------
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor, token_ids: torch.Tensor) -> None:
+        if keys.dim() != 3 or keys.shape != values.shape:
+            raise ValueError(
+                f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must both be [heads, tokens, head_dim]"
+            )
+        h, n, d = keys.shape
+        if token_ids.shape != (n,):
+            raise ValueError(f"token_ids must be [tokens] = [{n}], got {tuple(token_ids.shape)}")
+        if self._ids is None:
+            self._start(keys)
+        elif (h, d) != (self._ids.shape[0], self._res_k.shape[2]):
+            raise ValueError(
+                f"append of {h} heads x head_dim {d} to a store of {self._ids.shape[0]} x {self._res_k.shape[2]}"
+            )
+        keys, values = keys.to(self.dtype), values.to(self.dtype)
+        ids = token_ids.to(device=keys.device, dtype=POSITION_DTYPE).expand(h, -1)
+        nr = self.n_residual
+        self._ids = torch.cat([self._ids, ids], dim=1)
+        full = torch.full_like(nr, n)
+        self._res_k = ragged_cat(self._res_k, nr, keys, full)
+        self._res_v = ragged_cat(self._res_v, nr, values, full)
+        self._flush()
+
+    def keep(self, indices: torch.Tensor) -> None:
+        indices = self._check_indices(indices)
+        n = indices.shape[1]
+        nq, lq = self._nq, self._k_codes.shape[1]
+        nq_new = (indices < nq.unsqueeze(1)).sum(dim=1)
+        if lq:
+            # sorted indices: a head's first nq_new[h] kept indices are its quantized survivors
+            idx_q = indices[:, : int(nq_new.max())].clamp(max=lq - 1)
+            gid = token_groups(self._k_count, lq).gather(1, idx_q)
+            self._k_codes, self._v_codes = gather_rows(self._k_codes, idx_q), gather_rows(self._v_codes, idx_q)
+            self._v_scale, self._v_zero = gather_rows(self._v_scale, idx_q), gather_rows(self._v_zero, idx_q)
+            self._keep_key_groups(gid, nq_new)
+        nr_new = n - nq_new
+        rank = (nq_new.unsqueeze(1) + torch.arange(int(nr_new.max()), device=indices.device)).clamp(max=n - 1)
+        idx_r = (indices.gather(1, rank) - nq.unsqueeze(1)).clamp(0, max(self._res_k.shape[1] - 1, 0))
+        self._res_k, self._res_v = gather_rows(self._res_k, idx_r), gather_rows(self._res_v, idx_r)
+        self._ids = self._ids.gather(1, indices)
+        self._nq = nq_new
+
+    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._ids is None:
+            raise RuntimeError("dequantized() on an empty KiviStore: append tokens first")
+        lq, g = self._k_codes.shape[1], self.group_size
+        gid = token_groups(self._k_count, lq)
+        k_scale, k_zero = gather_rows(self._k_scale, gid), gather_rows(self._k_zero, gid)
+        keys_q = dequantize_codes(self._k_codes, k_scale, k_zero, self.bits)
+        v_scale, v_zero = expand_value_params(self._v_scale, g), expand_value_params(self._v_zero, g)
+        values_q = dequantize_codes(self._v_codes, v_scale, v_zero, self.bits)
+        nr = self.n_residual
+        return ragged_cat(keys_q, self._nq, self._res_k, nr), ragged_cat(values_q, self._nq, self._res_v, nr)
+
+    def token_ids(self) -> torch.Tensor:
+        if self._ids is None:
+            raise RuntimeError("token_ids() on an empty KiviStore: append tokens first")
+        return self._ids
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes by part, adding up to the storage of every tensor the store holds.
+
+        Each part counts only the rows its heads really use; what the padded tensors hold beyond that (heads keep
+        different numbers of quantized, residual and group rows after eviction) is ``padding``. ``bookkeeping`` is
+        the survivors-per-key-group counts plus the per-head lengths."""
+        if self._ids is None:
+            return dict.fromkeys(
+                ("key_codes", "value_codes", "key_scale_zero", "value_scale_zero", "bookkeeping", "residual",
+                 "positions", "padding"), 0
+            )
+        d, esize = self._res_k.shape[2], self._res_k.element_size()
+        n_q, n_g, n_r = int(self._nq.sum()), int(self.n_key_groups.sum()), int(self.n_residual.sum())
+        code_row = self._k_codes.shape[2]
+        parts = {
+            "key_codes": n_q * code_row,
+            "value_codes": n_q * code_row,
+            "key_scale_zero": n_g * d * 2 * esize,
+            "value_scale_zero": n_q * (d // self.group_size) * 2 * esize,
+            "bookkeeping": n_g * self._k_count.element_size() + self._nq.untyped_storage().nbytes(),
+            "residual": n_r * d * 2 * esize,
+        }
+        held = (self._k_codes, self._v_codes, self._v_scale, self._v_zero, self._k_scale, self._k_zero,
+                self._k_count, self._nq, self._res_k, self._res_v)
+        parts["padding"] = sum(t.untyped_storage().nbytes() for t in held) - sum(parts.values())
+        parts["positions"] = self._ids.untyped_storage().nbytes()
+        return parts
+
+    # -- internals ---------------------------------------------------------------------------------------------------
+
+    def _start(self, keys: torch.Tensor) -> None:
+        """Allocate empty parts on the first append, once heads, head_dim, dtype and device are known."""
+        h, _, d = keys.shape
+        if d % self.group_size:
+            raise ValueError(
+                f"head_dim={d} is not a multiple of group_size={self.group_size}: values are grouped over channels "
+                "(pick a group_size that divides head_dim)"
+            )
+        if d * self.bits % 8:
+            raise ValueError(f"head_dim={d} at {self.bits} bits does not fill whole bytes")
+        dtype = self.dtype or keys.dtype
+        if not dtype.is_floating_point:
+            raise ValueError(f"KiviStore needs floating-point keys/values, got {dtype}")
+        self.dtype = dtype
+        dev = keys.device
+        self._ids = torch.zeros(h, 0, dtype=POSITION_DTYPE, device=dev)
+        self._nq = torch.zeros(h, dtype=torch.long, device=dev)
+        self._k_codes = self._v_codes = torch.zeros(h, 0, d * self.bits // 8, dtype=torch.uint8, device=dev)
+        self._v_scale = self._v_zero = torch.zeros(h, 0, d // self.group_size, dtype=self.dtype, device=dev)
+        self._k_scale = self._k_zero = torch.zeros(h, 0, d, dtype=self.dtype, device=dev)
+        self._k_count = torch.zeros(h, 0, dtype=GROUP_COUNT_DTYPE, device=dev)
+        self._res_k = self._res_v = torch.zeros(h, 0, d, dtype=self.dtype, device=dev)
+
+    def _flush(self) -> None:
+        """Quantize, per head, the oldest whole groups of G residual tokens until the window is below R + G."""
+        g = self.group_size
+        nr = self.n_residual
+        n_groups = ((nr - self.residual_length) // g).clamp(min=0)  # per head
+        most = int(n_groups.max())
+        if most == 0:
+            return
+        span = most * g  # every head holds at least R + span >= span residual rows; extra ones are discarded
+        qk = quantize(self._res_k[:, :span], self.bits, g, "key")
+        qv = quantize(self._res_v[:, :span], self.bits, g, "value")
+        n_tok = n_groups * g
+        nq, ng = self._nq, self.n_key_groups
+        self._k_codes = ragged_cat(self._k_codes, nq, qk.codes, n_tok)
+        self._v_codes = ragged_cat(self._v_codes, nq, qv.codes, n_tok)
+        self._v_scale = ragged_cat(self._v_scale, nq, qv.scale, n_tok)
+        self._v_zero = ragged_cat(self._v_zero, nq, qv.zero, n_tok)
+        self._k_scale = ragged_cat(self._k_scale, ng, qk.scale, n_groups)
+        self._k_zero = ragged_cat(self._k_zero, ng, qk.zero, n_groups)
+        full = torch.full((nr.shape[0], most), g, dtype=GROUP_COUNT_DTYPE, device=nr.device)
+        self._k_count = ragged_cat(self._k_count, ng, full, n_groups)
+        self._nq = nq + n_tok
+        left = nr - n_tok
+        rank = (n_tok.unsqueeze(1) + torch.arange(int(left.max()), device=nr.device)).clamp(
+            max=self._res_k.shape[1] - 1
+        )
+        self._res_k, self._res_v = gather_rows(self._res_k, rank), gather_rows(self._res_v, rank)
+
+    def _keep_key_groups(self, gid: torch.Tensor, nq_new: torch.Tensor) -> None:
+        """Recount survivors per key group and drop the groups none of whose tokens survived, keeping stream order.
+
+        ``gid`` ``[H, n]``: old group of each kept quantized token (rows past ``nq_new[h]`` are padding).
+        """
+        valid = torch.arange(gid.shape[1], device=gid.device).unsqueeze(0) < nq_new.unsqueeze(1)
+        counts = torch.zeros(self._k_count.shape, dtype=torch.long, device=gid.device)
+        counts.scatter_add_(1, gid, valid.long())
+        live = counts > 0
+        order = torch.argsort((~live).to(torch.uint8), dim=1, stable=True)[:, : int(live.sum(dim=1).max())]
+        self._k_scale, self._k_zero = gather_rows(self._k_scale, order), gather_rows(self._k_zero, order)
+        self._k_count = counts.gather(1, order).to(GROUP_COUNT_DTYPE)
+
+    def _check_indices(self, indices: torch.Tensor) -> torch.Tensor:
+        """The indices as int64 after checking shape, range and order (a silent mis-gather would corrupt the cache)."""
+        if self._ids is None:
+            raise RuntimeError("keep() on an empty KiviStore: append tokens first")
+        h, t = self._ids.shape
+        if indices.dim() != 2 or indices.shape[0] != h or indices.shape[1] > t:
+            raise ValueError(f"indices must be [heads={h}, n <= {t}], got {tuple(indices.shape)}")
+        if indices.is_floating_point() or indices.dtype == torch.bool:
+            raise TypeError(f"indices must be an integer tensor of token positions, got {indices.dtype}")
+        if indices.shape[1] and (indices.min() < 0 or indices.max() >= t):
+            raise ValueError(f"indices must lie in [0, {t}) (positions in the current token order)")
+        if indices.shape[1] > 1 and bool((indices[:, 1:] <= indices[:, :-1]).any()):
+            raise ValueError("indices must be strictly increasing along each head (sort them before keep())")
+        return indices.long()

@@ -1,0 +1,96 @@
+"""The store contract: one layer's committed tokens (system prefix + video memory), per KV head.
+
+Every head holds the same number of tokens but its own set of them (a policy keeps a different set per head), in
+stream order. A store never sees questions or answers: those live in the cache's transient tail (see
+:mod:`infinipotv.kv.cache`), so the video memory cannot depend on what was asked.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+POSITION_DTYPE = torch.int32  # one stored id per token per head: the "4 B pos" of the byte accounting
+
+
+class KVStore(ABC):
+    """One layer's kept keys/values. Shapes are per head: ``[heads, tokens, head_dim]`` (batch size 1)."""
+
+    @abstractmethod
+    def append(self, keys: torch.Tensor, values: torch.Tensor, token_ids: torch.Tensor) -> None:
+        """Commit new tokens at the end of every head.
+
+        ``keys``/``values``: ``[H, N, D]`` (keys after RoPE). ``token_ids``: ``[N]`` int, the tokens' ids in the
+        stream (vision tokens: their global index in the video, -1 for text), stored per head so that a policy can
+        tell where each kept token came from.
+        """
+
+    @abstractmethod
+    def keep(self, indices: torch.Tensor) -> None:
+        """Keep only ``indices`` (``[H, n]``, sorted ascending, into the current token order) in each head."""
+
+    @abstractmethod
+    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values ``[H, T, D]`` in the compute dtype, as attention and the policies read them."""
+
+    @abstractmethod
+    def token_ids(self) -> torch.Tensor:
+        """``[H, T]`` stream ids of the kept tokens, per head."""
+
+    @abstractmethod
+    def nbytes(self) -> dict[str, int]:
+        """Bytes the store's tensors really occupy, by part (e.g. ``keys``, ``values``, ``positions``)."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Tokens per head."""
+
+
+class FullPrecisionStore(KVStore):
+    """Keys and values kept as they are, in the model's dtype (fp16/bf16 on GPU, fp32 in CPU tests)."""
+
+    def __init__(self, dtype: torch.dtype | None = None) -> None:
+        self.dtype = dtype
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+        self._ids: torch.Tensor | None = None
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor, token_ids: torch.Tensor) -> None:
+        dtype = self.dtype or keys.dtype
+        keys, values = keys.to(dtype), values.to(dtype)
+        ids = token_ids.to(device=keys.device, dtype=POSITION_DTYPE).expand(keys.shape[0], -1)
+        if self._keys is None:
+            self._keys, self._values, self._ids = keys.contiguous(), values.contiguous(), ids.contiguous()
+        else:
+            self._keys = torch.cat([self._keys, keys], dim=1)
+            self._values = torch.cat([self._values, values], dim=1)
+            self._ids = torch.cat([self._ids, ids], dim=1)
+
+    def keep(self, indices: torch.Tensor) -> None:
+        assert self._keys is not None, "keep() on an empty store"
+        d = self._keys.shape[-1]
+        rows = indices.unsqueeze(-1).expand(-1, -1, d)
+        self._keys = self._keys.gather(1, rows)
+        self._values = self._values.gather(1, rows)
+        self._ids = self._ids.gather(1, indices)
+
+    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self._keys is not None and self._values is not None, "dequantized() on an empty store"
+        return self._keys, self._values
+
+    def token_ids(self) -> torch.Tensor:
+        assert self._ids is not None, "token_ids() on an empty store"
+        return self._ids
+
+    def nbytes(self) -> dict[str, int]:
+        if self._keys is None:
+            return {"keys": 0, "values": 0, "positions": 0}
+        return {
+            "keys": self._keys.nbytes,
+            "values": self._values.nbytes,
+            "positions": self._ids.nbytes,
+        }
+
+    def __len__(self) -> int:
+        return 0 if self._keys is None else self._keys.shape[1]

@@ -1,0 +1,162 @@
+"""The model adapter contract: everything model-specific the streaming session needs, and nothing more.
+
+The session knows no model names. An adapter turns a chunk of raw frames into input embeddings and position ids
+*causally* (it is told where the chunk starts, never how many frames follow), builds the prompt pieces around the
+video (system prefix, question, answer prefix), and runs the language model over embeddings with a cache.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
+
+from infinipotv.config import ModelConfig
+
+
+@dataclass
+class VisionChunk:
+    """A chunk of frames ready to prefill: ``embeds [N, hidden]``, ``positions [R, N]`` (R = 3 for M-RoPE, 1 for
+    plain RoPE), ``grid`` = (h, w) vision tokens per model frame (row-major), ``n_frames`` model frames."""
+
+    embeds: torch.Tensor
+    positions: torch.Tensor
+    grid: tuple[int, int]
+    n_frames: int
+
+    @property
+    def tokens_per_frame(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+
+def resize_normalize(frames: np.ndarray, size: tuple[int, int], mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    """Raw uint8 frames ``[N, H, W, 3]`` -> normalised ``[N, 3, h, w]`` float32, as the families' processors do it.
+
+    Bicubic with antialiasing, then rounded and clamped to 0..255 because the released processors resize uint8
+    images (torchvision or PIL) before rescaling; skipping that step shifts border pixels by up to a few levels.
+    """
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
+    if tuple(size) != tuple(x.shape[-2:]):
+        x = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False).round().clamp(0, 255)
+    mean_t = torch.tensor(mean).view(1, 3, 1, 1)
+    std_t = torch.tensor(std).view(1, 3, 1, 1)
+    return (x / 255.0 - mean_t) / std_t
+
+
+class ModelAdapter(ABC):
+    """One model family. Subclasses register with :func:`register_adapter` and are built from a ModelConfig."""
+
+    family: ClassVar[str]
+    #: Raw frames merged into one model frame (Qwen's temporal patch: 2). The session feeds multiples of it.
+    frames_per_step: ClassVar[int] = 1
+
+    def __init__(self, cfg: ModelConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+        self.cfg = cfg
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+
+    @classmethod
+    @abstractmethod
+    def load(cls, cfg: ModelConfig) -> "ModelAdapter":
+        """Build the adapter: a tiny seeded model or a local checkpoint (never a download)."""
+
+    @classmethod
+    @abstractmethod
+    def max_tokens_per_frame(cls, cfg: ModelConfig) -> int:
+        """Most vision tokens one model frame can produce under this config (validates chunk sizes at startup)."""
+
+    # -- shape of the cache ---------------------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def text_config(self):
+        """The language model's config (layers, heads, head_dim)."""
+
+    @property
+    def n_layers(self) -> int:
+        return self.text_config.num_hidden_layers
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.text_config.num_key_value_heads
+
+    @property
+    def head_dim(self) -> int:
+        tc = self.text_config
+        return getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def eos_ids(self) -> set[int]:
+        ids = {self.tokenizer.eos_token_id}
+        extra = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        ids.update(extra if isinstance(extra, list) else [extra] if extra is not None else [])
+        return {i for i in ids if i is not None}
+
+    # -- prompt pieces --------------------------------------------------------------------------------------------
+    @abstractmethod
+    def prefix_ids(self) -> list[int]:
+        """Token ids before the first vision token (system prompt ... vision start). Never compressed."""
+
+    @abstractmethod
+    def question_ids(self, prompt: str) -> list[int]:
+        """Token ids after the video: end of the vision span, the user's question, the assistant's turn."""
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # -- embeddings and positions ---------------------------------------------------------------------------------
+    def embed_text(self, ids: list[int]) -> torch.Tensor:
+        table = self.model.get_input_embeddings()
+        return table(torch.tensor(ids, device=self.device, dtype=torch.long))
+
+    @abstractmethod
+    def text_positions(self, start: int, n: int) -> torch.Tensor:
+        """``[R, n]`` positions of n text tokens starting at position ``start``."""
+
+    @abstractmethod
+    def encode_frames(self, frames: np.ndarray, first_frame: int, fps: float, video_start: int) -> VisionChunk:
+        """Encode raw frames ``[N, H, W, 3]`` uint8 (N a multiple of ``frames_per_step``) that start at raw frame
+        index ``first_frame`` of a stream sampled at ``fps``; ``video_start`` is the position of the first vision
+        token of the video. Must be causal: the result may not depend on frames outside the chunk."""
+
+    # -- the language model ---------------------------------------------------------------------------------------
+    @abstractmethod
+    def language_model(self) -> torch.nn.Module:
+        """The decoder that takes ``inputs_embeds``, ``position_ids`` and ``cache``."""
+
+    @torch.inference_mode()
+    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: Cache, all_logits: bool = False) -> torch.Tensor:
+        """Run ``embeds [N, hidden]`` at ``positions [R, N]`` on top of ``cache``; logits of the last (or every) token."""
+        out = self.language_model()(
+            inputs_embeds=embeds.unsqueeze(0).to(self.dtype),
+            position_ids=self._position_arg(positions),
+            cache=cache,
+            use_cache=True,
+        )
+        hidden = out.last_hidden_state[0] if all_logits else out.last_hidden_state[0, -1:]
+        return self.model.lm_head(hidden).float()
+
+    def _position_arg(self, positions: torch.Tensor) -> torch.Tensor:
+        """The decoder's position_ids layout: ``[R, 1, N]`` for M-RoPE, ``[1, N]`` for plain RoPE."""
+        return positions.unsqueeze(1) if positions.shape[0] == 3 else positions
+
+
+ADAPTERS: dict[str, type[ModelAdapter]] = {}
+
+
+def register_adapter(cls: type[ModelAdapter]) -> type[ModelAdapter]:
+    """Class decorator: make an adapter buildable by its ``family`` name."""
+    ADAPTERS[cls.family] = cls
+    return cls

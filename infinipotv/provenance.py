@@ -1,0 +1,48 @@
+"""Provenance of a run: code version, package versions, host, seed and times, as data next to the results."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+PACKAGES = ("infinipotv", "torch", "transformers", "hydra-core", "submitit", "av", "numpy", "pandas", "wandb")
+
+
+def git_sha(path: Path = Path(__file__).parent) -> str:
+    """The commit of the harness code, with a ``-dirty`` suffix when the work tree has uncommitted changes."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path, capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def provenance(seed: int) -> dict:
+    return {
+        "git_sha": git_sha(),
+        "packages": {name: _version(name) for name in PACKAGES},
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "seed": seed,
+        "start": now(),
+        "end": None,
+    }

@@ -1,0 +1,199 @@
+"""The streaming session: frames in, continual compression under a hard cap, questions answered on the memory.
+
+One session streams one video at a time. ``feed`` encodes a chunk of frames and prefills it into the cache with
+causal positions; when the video part of the cache holds |M| (``budget``) tokens or more, every layer is compressed to
+|C| = c_ratio * |M| tokens per KV head by the policy. ``ask`` answers on the current memory in the cache's transient
+mode, so the question and answer are gone afterwards and the memory never depends on a question.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from infinipotv.compress import FrameLayout, compressed_size
+from infinipotv.kv.cache import StreamCache
+from infinipotv.kv.store import FullPrecisionStore, KVStore
+from infinipotv.models.base import ModelAdapter, VisionChunk
+from infinipotv.stream.trace import CompressRecord, PeakMemory, TraceStep
+
+TEXT_ID = -1  # stream id of a text token in the stores (vision tokens: their index in the video)
+
+
+@dataclass
+class Answer:
+    text: str
+    tokens: list[int]
+    first_logprobs: torch.Tensor  # log-softmax of the first answer token's logits (vocabulary,)
+    reference: "Answer | None" = None  # the same question answered from the uncompressed cache, when enabled
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class StreamingSession:
+    """Streams videos through a model adapter into a StreamCache under a compression policy."""
+
+    def __init__(
+        self,
+        adapter: ModelAdapter,
+        policy: Callable | None,
+        budget: int | None,
+        c_ratio: float,
+        make_store: Callable[[], KVStore],
+        reference: bool = False,
+    ) -> None:
+        self.adapter = adapter
+        self.policy = policy if budget is not None and getattr(policy, "evicts", True) else None
+        self.budget = budget
+        self.n_keep = None if budget is None else compressed_size(budget, c_ratio)
+        self.make_store = make_store
+        self.reference = reference
+        self.peak = PeakMemory(adapter.device)
+        self.trace: list[TraceStep] = []
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+    def start(self, video_id: str) -> None:
+        """A fresh cache holding the system prefix; the video starts right after it."""
+        a = self.adapter
+        self.video_id = video_id
+        self.cache = StreamCache(a.n_layers, self.make_store)
+        self.ref_cache = StreamCache(a.n_layers, lambda: FullPrecisionStore()) if self.reference else None
+        self.trace = []
+        self.peak.reset()
+        ids = a.prefix_ids()
+        positions = a.text_positions(0, len(ids))
+        self._prefill(a.embed_text(ids), positions, torch.full((len(ids),), TEXT_ID))
+        self.prefix_len = len(ids)
+        self.video_start = int(positions.max()) + 1
+        self.next_position = self.video_start
+        self.frames_seen = 0  # raw frames fed (encoded or pending)
+        self.frames_encoded = 0
+        self.vision_tokens = 0  # vision tokens ever prefilled (their stream ids are 0..vision_tokens-1)
+        self.grid: tuple[int, int] | None = None
+        self._pending: np.ndarray | None = None
+        self._fps = 1.0
+
+    def feed(self, frames: np.ndarray, fps: float) -> None:
+        """Encode and prefill raw frames ``[N, H, W, 3]`` uint8; compress if the video part reached |M|.
+
+        Frames that do not fill a whole model frame (Qwen merges 2) wait for the next call or :meth:`finish`.
+        """
+        self._fps = fps
+        self.frames_seen += len(frames)
+        if self._pending is not None:
+            frames = np.concatenate([self._pending, frames])
+        step = self.adapter.frames_per_step
+        usable = len(frames) - len(frames) % step
+        self._pending = frames[usable:] if usable < len(frames) else None
+        if usable:
+            self._encode(frames[:usable])
+
+    def finish(self) -> None:
+        """End of the video: a leftover partial model frame is completed by repeating its last raw frame."""
+        if self._pending is not None:
+            missing = self.adapter.frames_per_step - len(self._pending)
+            frames = np.concatenate([self._pending, np.repeat(self._pending[-1:], missing, axis=0)])
+            self._pending = None
+            self._encode(frames)
+
+    # -- streaming ------------------------------------------------------------------------------------------------
+    def _encode(self, frames: np.ndarray) -> None:
+        a = self.adapter
+        _sync(a.device)
+        t0 = time.perf_counter()
+        chunk = a.encode_frames(frames, self.frames_encoded, self._fps, self.video_start)
+        self._check_chunk(chunk)
+        ids = torch.arange(self.vision_tokens, self.vision_tokens + chunk.embeds.shape[0])
+        self._prefill(chunk.embeds, chunk.positions, ids)
+        _sync(a.device)
+        encode_s = time.perf_counter() - t0
+        self.frames_encoded += len(frames)
+        self.vision_tokens += chunk.embeds.shape[0]
+        self.next_position = max(self.next_position, int(chunk.positions.max()) + 1)
+        record = self._compress() if self.policy is not None and self.video_tokens >= self.budget else None
+        self._record(encode_s, record)
+
+    def _check_chunk(self, chunk: VisionChunk) -> None:
+        if self.grid is None:
+            self.grid = chunk.grid
+        if chunk.grid != self.grid:
+            raise ValueError(f"frame grid changed within a video: {self.grid} then {chunk.grid}")
+        if self.budget is not None and self.policy is not None and chunk.embeds.shape[0] >= self.budget - self.n_keep:
+            raise ValueError(
+                f"a chunk of {chunk.n_frames} frames holds {chunk.embeds.shape[0]} vision tokens, not fewer than "
+                f"|M| - |C| = {self.budget - self.n_keep}: lower eval.chunk_frames or raise compress.budget"
+            )
+
+    def _prefill(self, embeds: torch.Tensor, positions: torch.Tensor, token_ids: torch.Tensor) -> None:
+        for cache in (self.cache, self.ref_cache):
+            if cache is not None:
+                cache.commit(token_ids.to(self.adapter.device))
+                self.adapter.forward(embeds, positions, cache)
+
+    @property
+    def video_tokens(self) -> int:
+        """Vision tokens per layer per KV head now in the cache."""
+        return self.cache.committed_length() - self.prefix_len
+
+    @torch.inference_mode()
+    def _compress(self) -> CompressRecord:
+        """One pass on every layer: keep the prefix and the policy's |C| video tokens per head."""
+        _sync(self.adapter.device)
+        t0 = time.perf_counter()
+        before, p, n_layers = self.video_tokens, self.prefix_len, self.adapter.n_layers
+        for layer, store in enumerate(self.cache.stores):
+            keys, values = store.dequantized()
+            ids = store.token_ids()
+            layout = FrameLayout(token_ids=ids[:, p:].long(), grid=self.grid)
+            kept = self.policy(keys[:, p:], values[:, p:], layout, self.n_keep, layer, n_layers)
+            prefix = torch.arange(p, device=kept.device).expand(kept.shape[0], p)
+            store.keep(torch.cat([prefix, kept + p], dim=1))
+        _sync(self.adapter.device)
+        return CompressRecord(tokens_before=before, tokens_after=self.video_tokens, seconds=time.perf_counter() - t0)
+
+    def _record(self, encode_s: float, record: CompressRecord | None) -> None:
+        parts = self.cache.nbytes()
+        self.trace.append(
+            TraceStep(
+                video_id=self.video_id, step=len(self.trace), frames_seen=self.frames_encoded,
+                prefix_tokens=self.prefix_len, video_tokens=self.video_tokens,
+                total_tokens=self.cache.committed_length(), cache_bytes=sum(parts.values()),
+                cache_bytes_by_part=parts, layer_bytes=self.cache.layer_nbytes(),
+                peak_memory_bytes=self.peak.read(), encode_seconds=encode_s, compress=record,
+            )
+        )
+
+    # -- questions ------------------------------------------------------------------------------------------------
+    def ask(self, prompt: str, max_new_tokens: int) -> Answer:
+        """Greedy answer on the current memory; the question and answer are removed from the cache afterwards."""
+        answer = self._answer(self.cache, prompt, max_new_tokens)
+        if self.ref_cache is not None:
+            answer.reference = self._answer(self.ref_cache, prompt, max_new_tokens)
+        return answer
+
+    @torch.inference_mode()
+    def _answer(self, cache: StreamCache, prompt: str, max_new_tokens: int) -> Answer:
+        a = self.adapter
+        ids = a.question_ids(prompt)
+        eos = a.eos_ids
+        with cache.transient():
+            logits = a.forward(a.embed_text(ids), a.text_positions(self.next_position, len(ids)), cache)[-1]
+            first = torch.log_softmax(logits, dim=-1).cpu()
+            position, out = self.next_position + len(ids), []
+            while True:
+                token = int(logits.argmax())
+                if token in eos:
+                    break
+                out.append(token)
+                if len(out) == max_new_tokens:
+                    break
+                logits = a.forward(a.embed_text([token]), a.text_positions(position, 1), cache)[-1]
+                position += 1
+        return Answer(text=a.decode(out), tokens=out, first_logprobs=first)

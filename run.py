@@ -1,0 +1,40 @@
+"""Hydra entry point: ``python run.py model=qwen2vl compress=tar_van_pool quant=int4 benchmark=videomme``.
+
+The config is validated before anything is loaded; a config that cannot work fails with one line naming the option
+and a valid value (exit code 2). Each run writes into its own directory (Hydra's), resumable on rerun.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from infinipotv.config import ConfigError, register_configs
+from infinipotv.factory import as_run_config, validate
+from infinipotv.job import run_job, summary
+from infinipotv.models import MissingWeightsError
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(dcfg: DictConfig) -> dict:
+    cfg = as_run_config(dcfg)
+    try:
+        validate(cfg)
+        run_dir = Path(cfg.run_dir or HydraConfig.get().runtime.output_dir)
+        metrics = run_job(cfg, run_dir)
+    except (ConfigError, MissingWeightsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(summary(metrics))
+    print(f"\nrun directory: {run_dir}")
+    return metrics
+
+
+if __name__ == "__main__":
+    main()

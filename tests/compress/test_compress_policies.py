@@ -1,0 +1,155 @@
+"""The policy contract over the whole registry, the registry/build API, validation errors and the YAMLs."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from infinipotv.compress import POLICIES, POOLINGS, PRESETS, build, compressed_size, policy_params
+
+CONF = Path(__file__).resolve().parents[2] / "conf" / "compress"
+N_LAYERS = 6  # not a multiple of 4: every layer_quartile group boundary is exercised
+HEAD_INDEPENDENT = {"full", "uniform_frames", "uniform_tokens", "swa"}  # positional: same choice in every head
+
+CASES = [(name, {}) for name in sorted(POLICIES)]
+CASES += [("tar_van_pool", {"pooling": pooling}) for pooling in POOLINGS]
+CASES += [("tar_van_pool", {"frame_view": "grid_aware"})]
+CASES += [("tar_van_pool", {"pooling": "cv", "frame_view": "grid_aware"})]
+CASES += [(name, {"frame_view": "grid_aware"}) for name in ("tar", "tar_frame", "uniform_frames", "van_pool")]
+
+
+@pytest.mark.parametrize("name, kwargs", CASES, ids=[f"{n}-{'-'.join(map(str, k.values()))}" for n, k in CASES])
+@pytest.mark.parametrize("compressed", [False, True], ids=["fresh", "compressed"])
+def test_policy_contract(region, name, kwargs, compressed):
+    keys, values, layout = region(old_frames=12, keep_old=30) if compressed else region()
+    heads, n_tokens = keys.shape[:2]
+    policy = build(name, **kwargs)
+    n_keep = n_tokens if not policy.evicts else 40
+    for layer in range(N_LAYERS):
+        kept = policy(keys, values, layout, n_keep, layer, N_LAYERS)
+        assert kept.dtype == torch.long and kept.shape == (heads, n_keep)
+        assert (kept[:, 1:] > kept[:, :-1]).all(), "sorted ascending and unique per head"
+        assert kept.min() >= 0 and kept.max() < n_tokens
+        assert torch.equal(kept, policy(keys.clone(), values.clone(), layout, n_keep, layer, N_LAYERS))
+    low_keys, low_values = keys.bfloat16(), values.bfloat16()
+    low_precision = policy(low_keys, low_values, layout, n_keep, 0, N_LAYERS)
+    assert torch.equal(low_precision, policy(low_keys.float(), low_values.float(), layout, n_keep, 0, N_LAYERS))
+    if not compressed and name not in HEAD_INDEPENDENT:
+        assert any(not torch.equal(kept[0], kept[h]) for h in range(1, heads)), "heads choose their own tokens"
+
+
+def test_full_never_evicts(region):
+    keys, values, layout = region()
+    full = build("full")
+    assert not full.evicts and all(POLICIES[n].evicts for n in POLICIES if n != "full")
+    with pytest.raises(ValueError, match="never evicts"):
+        full(keys, values, layout, keys.shape[1] - 1, 0, 1)
+
+
+def test_build_errors_name_the_fix():
+    with pytest.raises(ValueError, match="unknown compression policy 'nope'.*tar_van_pool"):
+        build("nope")
+    with pytest.raises(TypeError, match="no parameter alpha; its parameters: r_ratio, frame_view"):
+        build("tar", alpha=0.3)
+    with pytest.raises(TypeError, match="its parameters: none"):
+        build("van", pooling="cv")
+    with pytest.raises(ValueError, match="preset='x'"):
+        build("tar", preset="x")
+    with pytest.raises(ValueError, match="unknown compression policy"):
+        policy_params("nope")
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, message",
+    [
+        ("tar_van_pool", {"pooling": "max"}, "pooling='max' is unknown; use one of none, layer_quartile, cv"),
+        ("tar_van_pool", {"frame_view": "grid"}, "frame_view='grid' is unknown"),
+        ("tar_van_pool", {"alpha": 1.5}, r"alpha=1.5 must be in \[0.0, 1.0\]"),
+        ("tar_van", {"alpha": -0.1}, "alpha=-0.1 must be in"),
+        ("tar", {"r_ratio": 0.0}, r"r_ratio=0.0 must be in \(0.0, 1.0\]"),
+        ("tar_frame", {"r_ratio": 2.0}, "r_ratio=2.0 must be in"),
+        ("van_pool", {"cv_thresholds": (0.3, 0.6, 1.0)}, "tau1 > tau2 > tau3"),
+        ("uniform_frames", {"frame_view": "x"}, "frame_view='x' is unknown"),
+        ("swa", {"n_sink": -1}, "n_sink=-1 must be >= 0"),
+    ],
+)
+def test_invalid_params(name, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        build(name, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["tar_van_pool", "tar_van", "tar", "tar_reversed", "tar_frame"])
+def test_recent_frames_must_fit_tar_share(region, name):
+    keys, values, layout = region(frames=8)  # f = 8, p = 12
+    kwargs = {"alpha": 0.5} if "alpha" in policy_params(name) else {}
+    policy = build(name, r_ratio=0.5, **kwargs)  # r = 4 recent frames = 48 tokens
+    n_keep = 40 if kwargs else 47  # n_tar = 20 (alpha 0.5) or 47 (TaR alone): both < 48
+    with pytest.raises(ValueError, match=r"leaves n_tar=\d+ tokens for TaR but r_ratio=0.5 keeps r=4 recent frames"):
+        policy.validate(n_keep, 12, 96)
+    with pytest.raises(ValueError, match="raise alpha .* or lower r_ratio"):
+        policy(keys, values, layout, n_keep, 0, 4)
+    build(name, r_ratio=0.125, **kwargs).validate(n_keep, 12, 96)  # r = 1: 12 tokens fit
+
+
+def test_validate_generic_and_alpha_zero_skips_tar():
+    build("van").validate(40, 12, 96)
+    build("tar_van", alpha=0.0, r_ratio=1.0).validate(40, 12, 96)  # no TaR share, nothing to fit
+    with pytest.raises(ValueError, match=r"n_keep=97 must be in \[1, 96\]"):
+        build("knorm").validate(97, 12, 96)
+    with pytest.raises(ValueError, match="n_sink=40 leaves no room"):
+        build("swa", n_sink=40).validate(40, 12, 96)
+
+
+def test_call_checks_inputs(region):
+    keys, values, layout = region()
+    policy = build("van")
+    with pytest.raises(ValueError, match="n_keep=97 must be in"):
+        policy(keys, values, layout, 97, 0, 4)
+    with pytest.raises(ValueError, match="layer=4 must be in"):
+        policy(keys, values, layout, 10, 4, 4)
+    with pytest.raises(ValueError, match="layout.token_ids"):
+        policy(keys[:, :-1], values[:, :-1], layout, 10, 0, 4)
+    with pytest.raises(ValueError, match="same H and T"):
+        policy(keys, values[:, :-1], layout, 10, 0, 4)
+
+
+def test_compressed_size():
+    assert compressed_size(6000, 0.75) == 4500
+    for c_ratio in (0.0, 1.0, 1.5, -0.2):
+        with pytest.raises(ValueError, match=f"c_ratio={c_ratio} must be in"):
+            compressed_size(6000, c_ratio)
+    with pytest.raises(ValueError, match="budget=1"):
+        compressed_size(1, 0.5)
+
+
+def test_presets_and_explicit_kwargs_win():
+    assert PRESETS["paper"] == {}
+    public = build("tar_van_pool", preset="public_code")
+    assert (public.r_ratio, public.pooling, public.alpha) == (0.25, "none", 0.5)
+    assert build("tar_van_pool", preset="public_code", pooling="cv").pooling == "cv"
+    assert build("van", preset="public_code") == build("van")  # preset values it does not declare are skipped
+    assert build("tar").alpha == 1.0 and build("van").alpha == 0.0 and build("van_reversed").reverse
+
+
+def test_config_values_are_stored_plain():
+    class Pooling(str, Enum):
+        cv = "cv"
+
+    policy = build("tar_van_pool", pooling=Pooling.cv, cv_thresholds=OmegaConf.create([2.0, 1.0, 0.5]))
+    assert type(policy.pooling) is str and policy.cv_thresholds == (2.0, 1.0, 0.5)
+
+
+def test_every_policy_has_a_yaml_with_its_own_params():
+    files = {path.stem: OmegaConf.to_container(OmegaConf.load(path)) for path in CONF.glob("*.yaml")}
+    assert set(files) == set(POLICIES)
+    for stem, conf in files.items():
+        assert conf.pop("name") == stem
+        budget = conf.pop("budget")
+        assert budget is None if stem == "full" else budget == 6000 and conf.pop("c_ratio") == 0.75
+        params = policy_params(stem)
+        assert set(conf) <= set(params), f"{stem}.yaml sets {set(conf) - set(params)}"
+        assert build(stem, **conf) == build(stem), f"{stem}.yaml must restate the defaults"

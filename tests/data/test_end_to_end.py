@@ -1,0 +1,53 @@
+"""Each benchmark end to end on the tiny Qwen2-VL: fixture data in the released format -> run_job -> scores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fixtures import BUILDERS
+
+from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConfig, RunConfig
+from infinipotv.job import read_predictions, run_job
+from infinipotv.stream.session import StreamingSession
+
+TINY = dict(family="qwen2vl", tiny=True, dtype="float32", min_pixels=56 * 56, max_pixels=112 * 112,
+            options={"num_layers": 2, "hidden_size": 128, "num_heads": 4, "num_kv_heads": 2})
+
+
+def run_config(bench, compress: str = "tar_van_pool") -> RunConfig:
+    return RunConfig(model=ModelConfig(**TINY), compress=CompressConfig(name=compress, budget=40), quant=QuantConfig(),
+                     benchmark=bench, eval=EvalConfig(chunk_frames=2))
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_benchmark_runs_end_to_end(name: str, tmp_path: Path) -> None:
+    bench = BUILDERS[name](tmp_path / "data")
+    metrics = run_job(run_config(bench), tmp_path / "run")
+    records = read_predictions(tmp_path / "run" / "predictions.jsonl")
+    assert metrics["complete"] and len(records) == metrics["n_questions"]
+    errors = [r for r in records if r["error"]]
+    assert errors, "the fixtures hold a missing video and a malformed row"
+    assert metrics["n_errors"] == len(errors) and metrics["scores"]["n_errors"] == len(errors)
+    answered = [r for r in records if not r["error"]]
+    assert answered and all(isinstance(r["categories"], dict) and r["prompt"] and r["gold"] for r in answered)
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["scores"]["overall"] is not None
+
+
+def test_streaming_questions_are_answered_before_later_frames(tmp_path: Path, monkeypatch) -> None:
+    bench = BUILDERS["streamingbench"](tmp_path / "data")
+    seen: list[tuple[str, int, float]] = []
+    ask = StreamingSession.ask
+
+    def spy(self, prompt, max_new_tokens):
+        seen.append((prompt, self.frames_seen, self._fps))
+        return ask(self, prompt, max_new_tokens)
+
+    monkeypatch.setattr(StreamingSession, "ask", spy)
+    run_job(run_config(bench), tmp_path / "run")
+    stamps = [float(p.split("at 00:00:0")[1][0]) for p, _, _ in seen]
+    assert stamps == sorted(stamps), "questions of a video are asked in time order"
+    n_frames = 6  # the fixture video: 3 s sampled at the model's 2 fps, frames at 0, 0.5, ... 2.5 s
+    for (prompt, frames_seen, fps), t in zip(seen, stamps):
+        assert frames_seen == min(int(t * fps) + 1, n_frames), f"{prompt!r}: {frames_seen} frames fed before t={t}s"

@@ -1,0 +1,23 @@
+"""Helpers shared by the tests that drive ``run.py`` in a subprocess and read run directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_py(*overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python run.py OVERRIDES`` from the repository root; output captured."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "run.py", *overrides], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def lines(path: Path) -> list[dict]:
+    """The JSON lines of a predictions or memory file (empty if it does not exist yet)."""
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []

@@ -1,0 +1,92 @@
+"""The job: resumable at question level, bad input recorded per sample, configs validated before any work."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import ROOT, lines, run_py
+
+TINY = ["model=tiny_qwen2vl", "compress=full", "quant=fp16", "benchmark=synthetic"]
+
+
+def comparable(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if k not in ("time", "memory")}
+
+
+def test_resume_after_sigkill_answers_every_question_once(tmp_path):
+    data = tmp_path / "data"
+    common = [*TINY, f"benchmark.root={data}", "benchmark.options.n_videos=8", "benchmark.options.frames=48"]
+    full = run_py(*common, f"run_dir={tmp_path / 'uninterrupted'}")
+    assert full.returncode == 0, full.stderr
+    expected = lines(tmp_path / "uninterrupted" / "predictions.jsonl")
+
+    killed_dir = tmp_path / "killed"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "run.py", *common, f"run_dir={killed_dir}"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and len(lines(killed_dir / "predictions.jsonl")) < 2 and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_at_kill = len(lines(killed_dir / "predictions.jsonl"))
+    assert 0 < done_at_kill < len(expected), f"kill landed at {done_at_kill}/{len(expected)} answers"
+
+    resumed = run_py(*common, f"run_dir={killed_dir}")
+    assert resumed.returncode == 0, resumed.stderr
+    got = lines(killed_dir / "predictions.jsonl")
+    assert sorted(r["question_id"] for r in got) == sorted(r["question_id"] for r in expected)
+    assert {r["question_id"]: r["output"] for r in got} == {r["question_id"]: r["output"] for r in expected}
+    m_resumed = json.loads((killed_dir / "metrics.json").read_text())
+    m_full = json.loads((tmp_path / "uninterrupted" / "metrics.json").read_text())
+    assert comparable(m_resumed) == comparable(m_full)
+
+
+def test_missing_and_corrupt_videos_are_recorded_and_the_run_goes_on(tmp_path):
+    data = tmp_path / "data"
+    first = run_py(*TINY, f"benchmark.root={data}", f"run_dir={tmp_path / 'a'}")
+    assert first.returncode == 0, first.stderr
+    videos = sorted((data / "videos").glob("*.mp4"))
+    videos[0].unlink()
+    videos[1].write_bytes(b"not a video at all")
+    second = run_py(*TINY, f"benchmark.root={data}", f"run_dir={tmp_path / 'b'}")
+    assert second.returncode == 0, second.stderr
+    records = lines(tmp_path / "b" / "predictions.jsonl")
+    failed = [r for r in records if r["error"]]
+    assert {r["video_id"] for r in failed} == {videos[0].stem, videos[1].stem}
+    assert all("not found" in r["error"] or "cannot" in r["error"] for r in failed)
+    metrics = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    assert metrics["n_errors"] == len(failed) and metrics["n_questions"] == len(records)
+
+
+def test_composed_config_prints_with_every_group():
+    out = run_py("model=qwen2vl", "compress=tar_van_pool", "quant=int4", "--cfg", "job", timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "name: tar_van_pool" in out.stdout and "bits: 4" in out.stdout and "family: qwen2vl" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("compress=nonexistent", "compress"),
+        ("compress.pooling=diagonal", "pooling"),
+        ("compress.c_ratio=1.5", "compress.c_ratio"),
+        ("quant.bits=3", "quant.bits"),
+        ("eval.chunk_frames=3", "eval.chunk_frames"),
+    ],
+)
+def test_bad_config_fails_before_any_work_with_one_clear_line(tmp_path, override, needle):
+    policy = [] if override.startswith("compress=") else ["compress=tar_van_pool", "compress.budget=200"]
+    base = [o for o in TINY if not o.startswith("compress=")]
+    out = run_py(*base, *policy, override, f"run_dir={tmp_path / 'run'}", timeout=60)
+    assert out.returncode != 0
+    assert needle in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "run" / "predictions.jsonl").exists()
