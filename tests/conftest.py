@@ -1,10 +1,9 @@
-"""Shared fixtures: tiny models built once per session, small real videos, fast torch settings."""
+"""Shared fixtures: the tiny Qwen2-VL built once per session, fast torch settings."""
 
 from __future__ import annotations
 
 import os
 
-import numpy as np
 import pytest
 import torch
 
@@ -21,11 +20,3 @@ def tiny_qwen2vl():
     from infinipotv.models.qwen2vl import Qwen2VLAdapter
 
     return Qwen2VLAdapter.load(ModelConfig(**TINY_QWEN2VL))
-
-
-@pytest.fixture
-def frames() -> np.ndarray:
-    """12 raw frames, 56 x 84 (3 x 2 model tokens... wider than tall), with structure a policy can see."""
-    rng = np.random.default_rng(0)
-    base = rng.integers(0, 255, size=(3, 56, 84, 3))
-    return np.repeat(base, 4, axis=0).astype(np.uint8) + rng.integers(0, 3, size=(12, 56, 84, 3)).astype(np.uint8)

@@ -34,7 +34,9 @@ class VisionChunk:
         return self.grid[0] * self.grid[1]
 
 
-def resize_normalize(frames: np.ndarray, size: tuple[int, int], mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+def resize_normalize(
+    frames: np.ndarray, size: tuple[int, int], mean: tuple[float, ...], std: tuple[float, ...]
+) -> torch.Tensor:
     """Raw uint8 frames ``[N, H, W, 3]`` -> normalised ``[N, 3, h, w]`` float32, as the families' processors do it.
 
     Bicubic with antialiasing, then rounded and clamped to 0..255 because the released processors resize uint8
