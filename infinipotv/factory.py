@@ -115,6 +115,9 @@ def build_parts(cfg: RunConfig) -> Parts:
     adapter = build_adapter(cfg)
     policy = build_policy(cfg)
     make_store, storage = make_store_factory(cfg.quant, adapter.dtype)
+    if storage.quantized and adapter.head_dim % cfg.quant.group_size:
+        raise ConfigError(f"quant.group_size={cfg.quant.group_size} must divide the model's head_dim={adapter.head_dim} "
+                          f"(KIVI groups values over channels): choose quant.group_size=16 or a model with a larger head_dim")
     shape = (adapter.n_layers, adapter.n_kv_heads, adapter.head_dim)
     budget = cfg.compress.budget
     if cfg.compress.budget_mib is not None:
