@@ -23,28 +23,15 @@ from infinipotv.data.subset import describe, select
 from infinipotv.data.video import VideoError, sample_rate, sample_uniform
 from infinipotv.factory import Parts, build_benchmark, build_parts
 from infinipotv.provenance import now, provenance
+from infinipotv.results.tracking import Tracker
+from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE, read_jsonl
 from infinipotv.stream.session import Answer, StreamingSession
 
-PREDICTIONS, METRICS, MEMORY, PROVENANCE, CONFIG = (
-    "predictions.jsonl", "metrics.json", "memory.jsonl", "provenance.json", "config.yaml")
 
 
 def read_predictions(path: Path) -> list[dict[str, Any]]:
-    """Records of a predictions file; a last line cut by a kill is dropped from the file."""
-    if not path.exists():
-        return []
-    records, good = [], 0
-    with path.open("rb") as f:
-        for line in f:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-            good += len(line)
-    if good < path.stat().st_size:
-        with path.open("r+b") as f:
-            f.truncate(good)
-    return records
+    """A run's prediction records; a last line cut by a kill is dropped from the file, so appending goes on cleanly."""
+    return read_jsonl(path, repair=True)[0]
 
 
 class _Appender:
@@ -121,7 +108,7 @@ def _stream(session: StreamingSession, sample: VideoSample, todo: list[Question]
 
 def _metrics(bench: Benchmark, records: list[dict], cfg: RunConfig, parts_info: dict, expected: int,
              elapsed_s: float, memory_path: Path) -> dict:
-    steps = [json.loads(line) for line in memory_path.read_text().splitlines()] if memory_path.exists() else []
+    steps = read_jsonl(memory_path)[0]
     passes = [s["compress"] for s in steps if s["compress"]]
     refs = [r["reference"] for r in records if "reference" in r]
     metrics = {
@@ -199,6 +186,9 @@ def run_job(cfg: RunConfig, run_dir: Path) -> dict:
     (run_dir / METRICS).write_text(json.dumps(metrics, indent=2))
     prov["end"] = now()
     (run_dir / PROVENANCE).write_text(json.dumps(prov, indent=2))
+    with Tracker.open(cfg, run_dir) as tracker:  # after the local files: a tracking failure cannot lose them
+        tracker.log_metrics(metrics)
+        tracker.log_memory(read_jsonl(run_dir / MEMORY)[0])
     return metrics
 
 

@@ -20,13 +20,14 @@ from infinipotv.config import BenchmarkConfig, Parser
 from infinipotv.data.base import Benchmark
 from infinipotv.data.loading import benchmark_class, question_from_record
 from infinipotv.data.subset import describe
+from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS, read_jsonl
 
 Record = dict[str, Any]
 
 
 def load_benchmark_config(run_dir: Path, parser: str | None = None) -> BenchmarkConfig:
     """The run's benchmark config, typed; ``parser`` overrides the one it ran with."""
-    path = run_dir / "config.yaml"
+    path = run_dir / CONFIG
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: RUN_DIR must be a run directory written by the job")
     node = OmegaConf.load(path).get("benchmark")
@@ -43,18 +44,8 @@ def read_predictions(path: Path) -> tuple[list[Record], int]:
     (a job killed mid-write leaves a truncated last line)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: the run wrote no predictions")
-    records: dict[str, Record] = {}
-    bad = 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            continue
-        records[str(record["question_id"])] = record
-    return list(records.values()), bad
+    records, bad = read_jsonl(path)
+    return list({str(r["question_id"]): r for r in records}.values()), bad
 
 
 def reparse(records: list[Record], bench: Benchmark) -> tuple[list[Record], int]:
@@ -94,7 +85,7 @@ def rescore(run_dir: Path, parser: str | None = None, write: bool = False) -> tu
     """Scores and the markdown summary of ``run_dir``; with ``write`` also updates its metrics.json."""
     cfg = load_benchmark_config(run_dir, parser)
     bench = benchmark_class(cfg.name)(cfg)
-    records, bad = read_predictions(run_dir / "predictions.jsonl")
+    records, bad = read_predictions(run_dir / PREDICTIONS)
     records, changed = reparse(records, bench)
     scores = bench.score(records)
     parser_name = Parser(cfg.parser).value
@@ -102,7 +93,7 @@ def rescore(run_dir: Path, parser: str | None = None, write: bool = False) -> tu
     text += f"\n{changed} of {len(records)} answers parse differently from the stored predictions"
     text += f"; {bad} unreadable lines skipped.\n" if bad else ".\n"
     if write:
-        path = run_dir / "metrics.json"
+        path = run_dir / METRICS
         metrics = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         metrics.update(scores=scores, parser=parser_name, subset=describe(cfg))
         path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,42 @@
+"""``python -m infinipotv.results EXPERIMENT``: the experiment's tables, tidy CSV/JSON and figures from its runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from infinipotv.results.report import FORMATS, build_report
+from infinipotv.results.scoring import ScorerError
+from infinipotv.results.stats import N_BOOT, SEED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infinipotv.results", description=__doc__)
+    parser.add_argument("experiment", help="name of experiments/NAME.yaml (or a path to an experiment file)")
+    parser.add_argument("--runs", default="results/runs", help="folder searched recursively for run dirs")
+    parser.add_argument("--format", default=",".join(FORMATS), help="comma-separated: md,tex")
+    parser.add_argument("--out", default=None, help="output folder (default results/EXPERIMENT/)")
+    parser.add_argument("--stats", action="store_true", help="also print paired statistics tables (always in CSV/JSON)")
+    parser.add_argument("--baseline", default=None, help="row id or first stub cell to compare against")
+    parser.add_argument("--n", dest="show_n", action="store_true", help="show the number of questions in every cell")
+    parser.add_argument("--n-boot", type=int, default=N_BOOT, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=SEED, help="bootstrap seed")
+    parser.add_argument("--experiments-dir", default="experiments")
+    args = parser.parse_args(argv)
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    try:
+        report = build_report(args.experiment, args.runs, args.out, formats, args.stats, args.baseline, args.show_n,
+                              args.n_boot, args.seed, args.experiments_dir)
+    except (FileNotFoundError, ValueError, ScorerError) as err:  # bad input: one line that names the fix
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for path in report.files:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

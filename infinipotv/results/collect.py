@@ -1,0 +1,266 @@
+"""Run directories -> :class:`Run` objects -> one tidy DataFrame (a row per run x benchmark x score path).
+
+A run directory is whatever holds a ``config.yaml`` beside a ``predictions.jsonl`` or ``metrics.json`` (the job's
+contract). Within one directory a question answered twice (a resumed job) counts once, its last answer. Shards of one
+sharded run (same resolved config except ``benchmark.shard``) are merged here: their predictions are concatenated and
+re-scored by the benchmark's own scorer, so a merged run is scored exactly like an unsharded one; a question found in
+two shards is refused, never silently counted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from infinipotv.config import BenchmarkConfig
+from infinipotv.data.rescore import read_predictions
+from infinipotv.data.subset import describe, parse_shard
+from infinipotv.results.scoring import ScorerError, flatten_scores, has_scorer, score_records, score_weights
+from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE
+
+IGNORED_FOR_MERGE = ("benchmark.shard", "run_dir")  # keys that differ between shards of one run
+CANONICAL = ("model", "policy", "kv", "budget_tokens", "budget_bytes", "storage", "benchmark", "experiment")
+
+
+class DuplicateQuestionError(ValueError):
+    """The same question id appears twice in what should be one run."""
+
+
+@dataclass
+class Run:
+    """One evaluation (a run dir, or the merged shards of one): its config, predictions and scores."""
+
+    dirs: tuple[Path, ...]
+    id: str
+    config: dict[str, Any]
+    predictions: list[dict[str, Any]]
+    scores: dict[str, Any]
+    metrics: dict[str, Any]
+    provenance: dict[str, Any]
+    complete: bool
+    subset: bool
+    problems: list[str] = field(default_factory=list)
+
+    @cached_property
+    def flat_config(self) -> dict[str, Any]:
+        return _flatten(self.config)
+
+    @cached_property
+    def fields(self) -> dict[str, Any]:
+        """The canonical descriptors tables match on (names shared with the published CSV) + the flat config."""
+        cfg = self.config
+        model = cfg.get("model") or {}
+        checkpoint = model.get("checkpoint")
+        name = str(checkpoint).rstrip("/").rsplit("/", 1)[-1] if checkpoint else str(model.get("family"))
+        compress = cfg.get("compress") or {}
+        storage = self.metrics.get("storage")
+        return {
+            **self.flat_config,
+            "model": f"{name}-tiny" if model.get("tiny") else name,
+            "policy": compress.get("name"),
+            "kv": (cfg.get("quant") or {}).get("name"),
+            "budget_tokens": self.metrics.get("budget_tokens", compress.get("budget")),
+            "budget_bytes": self.metrics.get("budget_bytes"),
+            "storage": json.dumps(storage, sort_keys=True) if isinstance(storage, Mapping) else storage,
+            "benchmark": (cfg.get("benchmark") or {}).get("name"),
+            "experiment": cfg.get("experiment"),
+        }
+
+    @cached_property
+    def question_counts(self) -> dict[str, int]:
+        """Questions behind each score path (nonzero weight in the scorer's mean); raises ScorerError without one."""
+        if not self.predictions:
+            return {}
+        weights = score_weights(self.config["benchmark"], self.predictions)
+        return {path: int((w != 0).sum()) for path, w in weights.items()}
+
+    def memory(self) -> pd.DataFrame:
+        """The streaming memory trace (``memory.jsonl`` of every shard), one row per step; empty when none."""
+        frames = [pd.read_json(d / MEMORY, lines=True) for d in self.dirs if (d / MEMORY).is_file()]
+        frames = [f for f in frames if not f.empty]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config -> ``{"compress.budget": 6000, ...}`` (lists kept as values)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if path == "table":  # the experiment's table spec: presentation, not part of what was run
+            continue
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def find_run_dirs(root: str | Path) -> list[Path]:
+    """Every run directory under ``root`` (recursively), sorted."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"runs folder {root} does not exist; pass --runs DIR with the sweep's output folder")
+    return sorted(
+        p.parent
+        for p in root.rglob(CONFIG)
+        if (p.parent / PREDICTIONS).is_file() or (p.parent / METRICS).is_file()
+    )
+
+
+def _check_unique(records: Iterable[Mapping[str, Any]], sources: Sequence[Path]) -> None:
+    seen: dict[str, Path] = {}
+    for record, source in zip(records, sources):
+        qid = str(record.get("question_id"))
+        if qid in seen:
+            raise DuplicateQuestionError(
+                f"question_id {qid!r} of {record.get('benchmark')} appears twice: in {seen[qid]} and {source}. "
+                "Two run dirs cover the same questions (a re-run shard?): move the stale one out of the runs folder"
+            )
+        seen[qid] = source
+
+
+def _subset(benchmark: Mapping[str, Any]) -> dict[str, Any]:
+    """The metrics' ``subset`` block for the selection with shards aside (ids, fraction, limit): a merged run, or one
+    shard judged as part of its whole run."""
+    node = OmegaConf.merge(OmegaConf.structured(BenchmarkConfig), {**benchmark, "shard": None})
+    return describe(OmegaConf.to_object(node))
+
+
+def load_run(path: str | Path, root: str | Path | None = None) -> Run:
+    """One run directory as a :class:`Run` (not merged with its sibling shards)."""
+    path = Path(path)
+    config = OmegaConf.to_container(OmegaConf.load(path / CONFIG), resolve=True)
+    problems = []
+    try:
+        predictions, unreadable = read_predictions(path / PREDICTIONS)
+    except FileNotFoundError:
+        predictions, unreadable = [], 0
+        problems.append("predictions.jsonl missing")
+    if unreadable:
+        problems.append(f"{unreadable} unreadable line(s) in predictions.jsonl")
+    metrics = json.loads((path / METRICS).read_text()) if (path / METRICS).is_file() else {}
+    provenance = json.loads((path / PROVENANCE).read_text()) if (path / PROVENANCE).is_file() else {}
+    bench = config.get("benchmark") or {}
+    if not metrics:
+        problems.append("metrics.json missing (the job did not finish)")
+    elif not metrics.get("complete", False):
+        problems.append(f"incomplete: {metrics.get('n_questions')} of {metrics.get('n_expected')} questions")
+    scores = metrics.get("scores") or {}
+    if not scores and predictions and has_scorer(bench.get("name")):
+        scores = score_records(bench, predictions)
+    run_id = str(path.relative_to(root)) if root is not None else str(path)
+    subset = bool(_subset(bench)["is_subset"])
+    return Run((path,), run_id, config, predictions, scores, metrics, provenance, not problems, subset, problems)
+
+
+def _merge_key(run: Run) -> str:
+    kept = {k: v for k, v in run.flat_config.items() if k not in IGNORED_FOR_MERGE}
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
+def merge_shards(shards: Sequence[Run]) -> Run:
+    """The whole run from its shards: predictions concatenated in shard order (duplicates refused), re-scored."""
+    indexed = sorted(((parse_shard(s.config["benchmark"]["shard"]), s) for s in shards), key=lambda x: x[0])
+    totals = {n for (_, n), _ in indexed}
+    if len(totals) != 1:
+        dirs = [str(s.dirs[0]) for s in shards]
+        raise ValueError(f"shards of one run disagree on the shard count {sorted(totals)}: {dirs}")
+    (total,) = totals
+    shards = [s for _, s in indexed]
+    problems = [f"shard {i}/{n}: {p}" for (i, n), s in indexed for p in s.problems]
+    missing = sorted(set(range(total)) - {i for (i, _), _ in indexed})
+    if missing:
+        problems.append(f"missing shard(s) {', '.join(f'{i}/{total}' for i in missing)}")
+    predictions = [r for s in shards for r in s.predictions]
+    _check_unique(predictions, [s.dirs[0] for s in shards for _ in s.predictions])
+    config = json.loads(json.dumps(shards[0].config))
+    config["benchmark"]["shard"] = None
+    scores = score_records(config["benchmark"], predictions) if predictions else {}
+    peaks = [s.metrics.get("memory") or {} for s in shards]
+    times = [s.metrics.get("time") or {} for s in shards]
+    metrics = {
+        **shards[0].metrics,
+        "scores": scores,
+        "subset": _subset(config["benchmark"]),
+        "n_questions": len(predictions),
+        "n_expected": sum(s.metrics.get("n_expected") or 0 for s in shards),
+        "n_errors": sum(r.get("error") is not None for r in predictions),
+        "complete": not problems,
+        "memory": {k: max(p.get(k) or 0 for p in peaks) for k in {k for p in peaks for k in p}},
+        "time": {k: sum(t.get(k) or 0 for t in times) for k in {k for t in times for k in t}},
+    }
+    starts = [s.provenance["start"] for s in shards if s.provenance.get("start")]
+    ends = [s.provenance["end"] for s in shards if s.provenance.get("end")]
+    provenance = {
+        **shards[0].provenance,
+        "git_sha": ",".join(sorted({str(s.provenance.get("git_sha")) for s in shards})),
+        "start": min(starts, default=None),
+        "end": max(ends, default=None),
+    }
+    run_id = f"{shards[0].id} [{len(shards)} of {total} shards]"
+    dirs = tuple(d for s in shards for d in s.dirs)
+    subset = metrics["subset"]["is_subset"]
+    return Run(dirs, run_id, config, predictions, scores, metrics, provenance, not problems, subset, problems)
+
+
+def load_runs(root: str | Path) -> list[Run]:
+    """Every run under ``root``, shards merged, each flagged complete or with the problems that make it partial."""
+    root = Path(root)
+    singles = [load_run(d, root) for d in find_run_dirs(root)]
+    groups: dict[str, list[Run]] = {}
+    runs = []
+    for run in singles:
+        if (run.config.get("benchmark") or {}).get("shard"):
+            groups.setdefault(_merge_key(run), []).append(run)
+        else:
+            runs.append(run)
+    runs.extend(merge_shards(shards) for shards in groups.values())
+    return sorted(runs, key=lambda r: r.id)
+
+
+def runs_frame(runs: Sequence[Run], counts: bool = True) -> pd.DataFrame:
+    """The tidy table: one row per run x benchmark x score path, with descriptors, flags and provenance.
+
+    ``n`` is the number of questions behind each score, from the scorer's own weights (NaN when the benchmark has no
+    registered scorer, or with ``counts=False``, which skips probing the scorer once per benchmark question set).
+    """
+    rows = []
+    for run in runs:
+        fields = run.fields
+        n_by_path: dict[str, int] = {}
+        if counts:
+            try:
+                n_by_path = run.question_counts
+            except ScorerError as err:
+                warnings.warn(f"{run.id}: per-score question counts unavailable: {err}", stacklevel=2)
+        memory = run.metrics.get("memory") or {}
+        base = {
+            "run": run.id,
+            **{k: fields[k] for k in CANONICAL},
+            "n_run": len(run.predictions),
+            "n_questions": run.metrics.get("n_questions"),
+            "subset": run.subset,
+            "complete": run.complete,
+            "problems": "; ".join(run.problems),
+            "shards": len(run.dirs),
+            **{k: memory.get(k) for k in ("peak_cache_tokens", "peak_cache_bytes", "peak_memory_bytes")},
+            **{k: run.provenance.get(k) for k in ("git_sha", "host", "seed", "start", "end")},
+        }
+        config = {k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in run.flat_config.items()}
+        for path, value in flatten_scores(run.scores).items():
+            rows.append({**base, "score": path, "value": value, "missing": value is None, "n": n_by_path.get(path),
+                         **config})
+    return pd.DataFrame(rows)
+
+
+def collect(root: str | Path, counts: bool = True) -> pd.DataFrame:
+    """``runs_frame(load_runs(root))``: the whole sweep under ``root`` as one tidy DataFrame."""
+    return runs_frame(load_runs(root), counts=counts)

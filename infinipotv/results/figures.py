@@ -1,0 +1,95 @@
+"""Figures from the tidy frame and the memory traces (matplotlib, saved as PNG + PDF).
+
+- accuracy vs budget: one line per (policy, kv) over |M|; runs without a budget (full KV) as dashed horizontals.
+- KV memory vs frames streamed: ``cache_bytes`` from ``memory.jsonl`` for one video, one line per run, which shows
+  full KV growing with the stream and a compressed cache held at its budget, FP16 above INT4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure  # figures built without pyplot: no global state, no display backend needed
+from matplotlib.ticker import FixedLocator, NullLocator
+
+from infinipotv.results.collect import Run
+
+
+def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
+    """``stem.png`` (200 dpi) and ``stem.pdf``."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    for path in paths:
+        fig.savefig(path, dpi=200, bbox_inches="tight")
+    return paths
+
+
+def _budget_label(tokens: float) -> str:
+    return f"{tokens / 1000:g}K" if tokens >= 1000 else f"{tokens:g}"
+
+
+def plot_accuracy_vs_budget(frame: pd.DataFrame, benchmark: str, score: str) -> Figure:
+    """Score ``benchmark``/``score`` against ``budget_tokens`` for every (policy, kv) in the tidy ``frame``."""
+    if frame.empty:
+        raise ValueError("no runs to plot")
+    data = frame[(frame["benchmark"] == benchmark) & (frame["score"] == score) & frame["value"].notna()]
+    if data.empty:
+        raise ValueError(f"no {benchmark}/{score} values (scores there: {sorted(frame['score'].unique())})")
+    fig = Figure(figsize=(5, 3.4))
+    ax = fig.subplots()
+    budgets = sorted(data["budget_tokens"].dropna().unique())
+    for (policy, kv), series in data.groupby(["policy", "kv"], sort=True):
+        label = f"{policy} ({kv})"
+        with_budget = series.dropna(subset=["budget_tokens"]).groupby("budget_tokens")["value"].mean()
+        if not with_budget.empty:
+            ax.plot(with_budget.index, with_budget.values, marker="o", label=label)
+        for value in series[series["budget_tokens"].isna()]["value"].unique():
+            ax.axhline(value, linestyle="--", linewidth=1, color="grey", label=label)
+    if budgets:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(budgets))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([_budget_label(b) for b in budgets])
+    ax.set_xlabel("budget |M| (tokens per layer per KV head)")
+    ax.set_ylabel(f"{benchmark} {score}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def _run_label(run: Run) -> str:
+    f = run.fields
+    budget = _budget_label(f["budget_tokens"]) if f["budget_tokens"] is not None else "no budget"
+    return f"{f['policy']} {f['kv']} {budget}"
+
+
+def plot_memory_trace(runs: Sequence[Run], video_id: str | None = None) -> Figure:
+    """KV cache size (MiB) against frames streamed, one line per run, for ``video_id`` (default: the longest video
+    every run streamed)."""
+    traces = {run.id: run.memory() for run in runs}
+    traces = {k: v for k, v in traces.items() if not v.empty}
+    if not traces:
+        raise ValueError("none of the runs has a memory.jsonl trace")
+    if video_id is None:
+        common = set.intersection(*(set(t["video_id"]) for t in traces.values()))
+        if not common:
+            raise ValueError("the runs streamed no video in common; pass video_id")
+        first = next(iter(traces.values()))
+        video_id = first[first["video_id"].isin(common)].groupby("video_id")["frames_seen"].max().idxmax()
+    fig = Figure(figsize=(5, 3.4))
+    ax = fig.subplots()
+    for run in runs:
+        trace = traces.get(run.id)
+        if trace is None:
+            continue
+        steps = trace[trace["video_id"] == video_id].sort_values("step")
+        ax.plot(steps["frames_seen"], steps["cache_bytes"] / 2**20, label=_run_label(run))
+    ax.set_xlabel("frames streamed")
+    ax.set_ylabel("KV cache (MiB)")
+    ax.set_title(f"video {video_id}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig

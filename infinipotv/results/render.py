@@ -1,0 +1,172 @@
+"""A built :class:`~infinipotv.results.tables.Table` as markdown or LaTeX (booktabs), with footnotes.
+
+Marks: bold = best among comparable rows; † = published reference row; ‡ = from a partial run (a benchmark subset or
+an incomplete run); – = no value. ``show_n`` adds each cell's question count; ``show_stats`` adds a second table of
+paired differences against the baseline row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from infinipotv.results.spec import ColumnSpec
+from infinipotv.results.tables import Cell, Row, Table
+
+DAGGER, DDAGGER, DASH = "†", "‡", "–"
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+                 "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", DASH: "--", DAGGER: r"$^\dagger$",
+                 DDAGGER: r"$^\ddagger$"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def _header(column: ColumnSpec) -> str:
+    return f"{column.group} {column.label}" if column.group else column.label
+
+
+def _signed(value: float, decimals: int) -> str:
+    return f"{round(value, decimals) + 0.0:+.{decimals}f}"  # + 0.0: no "-0.0" for a tie
+
+
+def _notes(table: Table, stats_shown: bool) -> list[str]:
+    cells = [c for r in table.rows for c in r.cells]
+    notes = []
+    sources = sorted({r.source for r in table.rows if r.published})
+    if sources:
+        notes.append(f"{DAGGER} Published reference row ({', '.join(sources)}); not part of the bold comparison.")
+    if any(c.partial for c in cells):
+        notes.append(f"{DDAGGER} From a partial run (a subset of the benchmark, or incomplete): compare with care.")
+    if any(c.missing for c in cells):
+        notes.append(f"{DASH} No run, or no questions, for this cell.")
+    if stats_shown and table.baseline:
+        notes.append(f"Differences vs {table.baseline}: paired on shared question ids; 95% bootstrap CI "
+                     f"({table.n_boot:,} resamples, stratified by score weight); p = exact McNemar test.")
+    return notes + list(table.spec.notes)
+
+
+class _Format:
+    """The few things markdown and LaTeX spell differently."""
+
+    def __init__(self, latex: bool) -> None:
+        self.latex = latex
+        self.text: Callable[[str], str] = latex_escape if latex else str
+
+    def bold(self, text: str) -> str:
+        return rf"\textbf{{{text}}}" if self.latex else f"**{text}**"
+
+    def cell(self, cell: Cell, column: ColumnSpec, show_n: bool) -> str:
+        if cell.missing:
+            return self.text(DASH)
+        text = f"{cell.value:.{column.decimals}f}"
+        text = self.bold(text) if cell.bold else text
+        if cell.partial:
+            text += self.text(DDAGGER)
+        if show_n and cell.n is not None:
+            text += rf"\,{{\scriptsize ({cell.n})}}" if self.latex else f" (n={cell.n})"
+        return text
+
+    def stat(self, cell: Cell, column: ColumnSpec) -> str:
+        s = cell.stat
+        if s is None:
+            return self.text(DASH)
+        d = column.decimals
+        ci = f"[{_signed(s.ci_low, d)}, {_signed(s.ci_high, d)}]"
+        if self.latex:
+            return rf"${_signed(s.diff, d)}$ {{\scriptsize ${ci}$, $p={s.p_value:.2g}$}}"
+        return f"{_signed(s.diff, d)} {ci} p={s.p_value:.2g}"
+
+    def stub(self, row: Row) -> list[str]:
+        cells = [self.text(s) for s in row.stub]
+        if row.published:
+            cells[0] += self.text(DAGGER)
+        return cells
+
+
+def _grid(table: Table, fmt: _Format, show_n: bool, stats: bool) -> list[list[str]]:
+    if stats:
+        rows = [r for r in table.rows if not r.published and r.id != table.baseline]
+        return [fmt.stub(r) + [fmt.stat(c, col) for c, col in zip(r.cells, table.spec.columns)] for r in rows]
+    return [fmt.stub(r) + [fmt.cell(c, col, show_n) for c, col in zip(r.cells, table.spec.columns)] for r in table.rows]
+
+
+def _markdown_grid(header: Sequence[str], body: Sequence[Sequence[str]], n_stub: int) -> list[str]:
+    align = [":--"] * n_stub + ["--:"] * (len(header) - n_stub)
+    return ["| " + " | ".join(line) + " |" for line in [header, align, *body]]
+
+
+def _frame_grid(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    return [str(c) for c in frame.columns], [[str(v) for v in row] for row in frame.itertuples(index=False)]
+
+
+def to_markdown(table: Table, show_n: bool = False, show_stats: bool = False) -> str:
+    """GitHub-flavoured markdown: caption line, table, footnotes (and the statistics table on request)."""
+    spec, fmt = table.spec, _Format(latex=False)
+    lines = [f"**{spec.caption}**", ""] if spec.caption else []
+    if table.frame is not None:
+        header, body = _frame_grid(table.frame)
+        return "\n".join(lines + _markdown_grid(header, body, 1) + [""] + table.footnotes + list(spec.notes)) + "\n"
+    header = list(spec.stub) + [_header(c) for c in spec.columns]
+    lines += _markdown_grid(header, _grid(table, fmt, show_n, False), len(spec.stub))
+    show = show_stats and table.baseline is not None
+    if show:
+        lines += ["", f"**Paired difference vs {table.baseline}**", ""]
+        lines += _markdown_grid(header, _grid(table, fmt, False, True), len(spec.stub))
+    notes = _notes(table, show)
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def _latex_tabular(spec_cols: str, group_line: list[str], header: Sequence[str],
+                   body: Sequence[Sequence[str]]) -> list[str]:
+    lines = [rf"\begin{{tabular}}{{{spec_cols}}}", r"\toprule", *group_line, " & ".join(header) + r" \\", r"\midrule"]
+    lines += [" & ".join(row) + r" \\" for row in body]
+    return lines + [r"\bottomrule", r"\end{tabular}"]
+
+
+def _group_header(table: Table) -> list[str]:
+    """A \\multicolumn line over consecutive columns of one group, with \\cmidrule under each group."""
+    columns, n_stub = table.spec.columns, len(table.spec.stub)
+    if not any(c.group for c in columns):
+        return []
+    cells, rules, j = [""] * n_stub, [], 0
+    while j < len(columns):
+        k = j
+        while k + 1 < len(columns) and columns[k + 1].group == columns[j].group:
+            k += 1
+        group = columns[j].group
+        cells.append(rf"\multicolumn{{{k - j + 1}}}{{c}}{{{latex_escape(group)}}}" if group else "")
+        cells.extend([""] * (k - j) if not group else [])
+        if group:
+            rules.append(rf"\cmidrule(lr){{{n_stub + j + 1}-{n_stub + k + 1}}}")
+        j = k + 1
+    return [" & ".join(cells) + r" \\", " ".join(rules)]
+
+
+def to_latex(table: Table, show_n: bool = False, show_stats: bool = False) -> str:
+    """A booktabs ``table`` environment (needs ``\\usepackage{booktabs}``), footnotes under the tabular."""
+    spec, fmt = table.spec, _Format(latex=True)
+    lines = [r"\begin{table}[t]", r"\centering"]
+    if spec.caption:
+        lines.append(rf"\caption{{{latex_escape(spec.caption)}}}")
+    lines.append(rf"\label{{tab:{spec.name}}}")
+    if table.frame is not None:
+        header, body = _frame_grid(table.frame)
+        body = [[latex_escape(v) for v in row] for row in body]
+        lines += _latex_tabular("l" * len(header), [], [latex_escape(h) for h in header], body)
+        notes = table.footnotes + list(spec.notes)
+    else:
+        cols = "l" * len(spec.stub) + "r" * len(spec.columns)
+        header = [latex_escape(s) for s in spec.stub] + [latex_escape(c.label) for c in spec.columns]
+        group_line = _group_header(table)
+        lines += _latex_tabular(cols, group_line, header, _grid(table, fmt, show_n, False))
+        show = show_stats and table.baseline is not None
+        if show:
+            lines += [r"\par\medskip", rf"Paired difference vs {latex_escape(table.baseline)}\par\smallskip"]
+            lines += _latex_tabular(cols, group_line, header, _grid(table, fmt, False, True))
+        notes = _notes(table, show)
+    if notes:
+        lines += [r"\par\smallskip", r"{\footnotesize " + r" \\ ".join(latex_escape(n) for n in notes) + "}"]
+    return "\n".join(lines + [r"\end{table}"]) + "\n"

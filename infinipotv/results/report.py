@@ -1,0 +1,150 @@
+"""One experiment's outputs: its tables (markdown, LaTeX), the tidy CSV/JSON with statistics, and its figures.
+
+Everything here is generated from the run directories and ``experiments/NAME.yaml``'s ``table`` block; nothing is
+typed by hand. Statistics are always computed (they go in the CSV/JSON); ``stats=True`` also prints them in tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from infinipotv.results.collect import Run, load_runs, runs_frame
+from infinipotv.results.figures import plot_accuracy_vs_budget, plot_memory_trace, save_figure
+from infinipotv.results.published import load_published
+from infinipotv.results.render import to_latex, to_markdown
+from infinipotv.results.spec import ExperimentSpec, FigureSpec, SpecError, parse_experiment
+from infinipotv.results.stats import N_BOOT, SEED
+from infinipotv.results.tables import Table, add_stats, build_table, find_row, table_frame
+
+FORMATS = ("md", "tex")
+
+
+@dataclass
+class Report:
+    """What :func:`build_report` produced: the built tables, the written files and the notes worth reading."""
+
+    tables: list[Table]
+    files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def experiment_file(experiment: str | Path, experiments_dir: str | Path = "experiments") -> Path:
+    """``experiments/NAME.yaml`` for a name, or the path itself when it is a file."""
+    path = Path(experiment)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    path = Path(experiments_dir) / f"{experiment}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in Path(experiments_dir).glob("*.yaml"))
+        raise FileNotFoundError(f"no experiment file {path}; known experiments: {known}")
+    return path
+
+
+def load_experiment(path: Path) -> tuple[str, ExperimentSpec]:
+    """The experiment's name (its ``experiment:`` key, else the file stem) and its parsed table block."""
+    config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    return str(config.get("experiment") or path.stem), parse_experiment(config.get("table"), f"{path}: table")
+
+
+def _default_figures(tables: Sequence[Table]) -> list[FigureSpec]:
+    """Accuracy vs budget for every column whose runs span 2+ budgets; a memory trace per benchmark."""
+    figures: dict[tuple[str, str | None, str | None], FigureSpec] = {}
+    for table in tables:
+        for column in table.spec.columns:
+            runs = [r.runs[column.benchmark] for r in table.rows if column.benchmark in r.runs]
+            budgets = {run.fields["budget_tokens"] for run in runs}
+            if len(budgets - {None}) >= 2:
+                figures.setdefault(("accuracy_vs_budget", column.benchmark, column.score),
+                                   FigureSpec("accuracy_vs_budget", column.benchmark, column.score))
+            if runs:
+                figures.setdefault(("memory_trace", column.benchmark, None),
+                                   FigureSpec("memory_trace", column.benchmark))
+    return list(figures.values())
+
+
+def _used_runs(tables: Sequence[Table]) -> list[Run]:
+    return list({run.id: run for t in tables for row in t.rows for run in row.runs.values()}.values())
+
+
+def _draw(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], out: Path, notes: list[str]) -> list[Path]:
+    """One figure's PNG + PDF; a figure the data cannot support becomes a note, not a failed report."""
+    try:
+        if figure.kind == "accuracy_vs_budget":
+            fig = plot_accuracy_vs_budget(frame, figure.benchmark, figure.score)
+            stem = out / f"accuracy_vs_budget_{figure.benchmark}_{figure.score}"
+        else:
+            fig = plot_memory_trace([r for r in runs if figure.benchmark in (None, r.fields["benchmark"])])
+            stem = out / f"memory_trace_{figure.benchmark or 'all'}"
+    except ValueError as err:
+        notes.append(f"figure {figure.kind} {figure.benchmark or ''}: {err}")
+        return []
+    return save_figure(fig, stem)
+
+
+def _baseline_for(table: Table, baseline: str | None, notes: list[str]) -> str | None:
+    """The CLI's baseline where the table has that row; otherwise the table's own default (noted)."""
+    if baseline is None:
+        return None
+    try:
+        return find_row(table, baseline).id
+    except SpecError:
+        notes.append(f"table {table.spec.name!r} has no row {baseline!r}; its baseline is the table's default")
+        return None
+
+
+def build_report(
+    experiment: str | Path,
+    runs_dir: str | Path = "results/runs",
+    out_dir: str | Path | None = None,
+    formats: Sequence[str] = FORMATS,
+    stats: bool = False,
+    baseline: str | None = None,
+    show_n: bool = False,
+    n_boot: int = N_BOOT,
+    seed: int = SEED,
+    experiments_dir: str | Path = "experiments",
+) -> Report:
+    """Build and write every table of ``experiment`` from the runs under ``runs_dir`` into ``out_dir``
+    (default ``results/NAME/``)."""
+    unknown = set(formats) - set(FORMATS)
+    if unknown:
+        raise ValueError(f"--format: unknown format(s) {sorted(unknown)}; choose from {list(FORMATS)}")
+    name, spec = load_experiment(experiment_file(experiment, experiments_dir))
+    out = Path(out_dir) if out_dir is not None else Path("results") / name
+    runs = load_runs(runs_dir)
+    published = load_published()
+    report = Report([build_table(t, runs, published, name) for t in spec.tables])
+    renderers = {"md": to_markdown, "tex": to_latex}
+    out.mkdir(parents=True, exist_ok=True)
+    matched = False
+    for table in report.tables:
+        if table.frame is None and table.spec.source is not None:
+            continue  # a generated table whose module is not installed (warned)
+        if table.rows:
+            chosen = _baseline_for(table, baseline, report.notes)
+            matched = matched or chosen is not None
+            add_stats(table, chosen, n_boot, seed)
+        for fmt in formats:
+            path = out / f"{table.spec.name}.{fmt}"
+            path.write_text(renderers[fmt](table, show_n=show_n, show_stats=stats))
+            report.files.append(path)
+        frame = table_frame(table)
+        frame.to_csv(out / f"{table.spec.name}.csv", index=False)
+        (out / f"{table.spec.name}.json").write_text(frame.to_json(orient="records", indent=1))
+        report.files += [out / f"{table.spec.name}.csv", out / f"{table.spec.name}.json"]
+        report.notes += table.notes
+    if baseline and not matched:
+        raise SpecError(f"--baseline {baseline!r} matches no run row of any table of {name}")
+    used = _used_runs(report.tables)
+    tidy = runs_frame(used)
+    tidy.to_csv(out / "runs.csv", index=False)
+    (out / "runs.json").write_text(tidy.to_json(orient="records", indent=1))
+    report.files += [out / "runs.csv", out / "runs.json"]
+    for figure in spec.figures if spec.figures is not None else _default_figures(report.tables):
+        report.files += _draw(figure, tidy, used, out / "figures", report.notes)
+    return report

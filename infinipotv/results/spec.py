@@ -1,0 +1,235 @@
+"""The ``table`` block of an experiment file, parsed and checked before any run is read.
+
+Shape (YAML, inside ``experiments/NAME.yaml``)::
+
+    table:                       # one table, a list of tables, or {tables: [...], figures: [...]}
+      name: main                 # output file stem
+      caption: ...
+      stub: [Method, KV, Budget] # headers of the descriptive columns
+      columns:                   # one per score: benchmark + dotted path into metrics.json's scores
+        - {benchmark: videomme, score: S, label: S, group: Video-MME, published: short}
+      rows:                      # explicit rows ...
+        - {id: fp16, stub: [InfiniPot-V, FP16, 6K], match: {policy: tar_van_pool, kv: fp16, budget_tokens: 6000}}
+        - {id: paper, stub: [InfiniPot-V, FP16, 6K], published: {source: int4_study_seed004, table: "..."}}
+      # ... or generated: one row per distinct value of `by` among the runs (and the `reference` CSV rows)
+      # rows: {by: [policy], stub: ["{policy}"], names: {policy: {tar: TaR}}, order: {policy: [...]}, where: {...}}
+      # reference: {source: infinipotv_paper_v2, table: Table 5}
+      bold: {by: [budget_tokens], exclude: {policy: full}}   # comparable rows; `bold: false` turns it off
+      baseline: fp16             # row id the paired statistics compare against (default: the first run row)
+      notes: [...]
+    # a generated table instead: {name: bytes_per_token, source: "infinipotv.kv.bytes_table:bytes_table"}
+    # (the function returns a DataFrame, or markdown text: a pipe table, then lines that become its notes)
+
+Row keys (``match``, ``by``, ``where``, ``bold``, templates) are the canonical fields ``model``, ``policy``, ``kv``,
+``budget_tokens`` (shared with the published CSV), ``experiment``, or any dotted config key (``compress.alpha``); a
+list value matches any of its items. Generated rows take the experiment's own runs unless ``where`` names
+``experiment`` (e.g. ``where: {experiment: [budget_sweep, int4_vs_fp16]}``); explicit rows take any matching run,
+preferring the experiment's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PUBLISHED_FIELDS = ("source", "table", "model", "policy", "kv", "budget_tokens")
+
+
+class SpecError(ValueError):
+    """A table spec that cannot be built; the message names the table, the key and a fix."""
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    benchmark: str
+    score: str
+    label: str
+    group: str | None = None
+    published: str | None = None  # category in the published CSV; default: the last part of `score`
+    decimals: int = 1
+    better: str = "higher"
+
+    @property
+    def published_category(self) -> str:
+        return self.published or self.score.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """An explicit row: a run row (``match``) or a published reference row (``published``)."""
+
+    id: str
+    stub: tuple[str, ...]
+    match: dict[str, Any] | None = None
+    published: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class AutoRows:
+    """Rows generated from the runs: one per distinct combination of ``by`` values."""
+
+    by: tuple[str, ...]
+    stub: tuple[str, ...]
+    names: dict[str, dict[str, str]] = field(default_factory=dict)
+    order: dict[str, list[Any]] = field(default_factory=dict)
+    where: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    caption: str = ""
+    stub: tuple[str, ...] = ("Method",)
+    columns: tuple[ColumnSpec, ...] = ()
+    rows: tuple[RowSpec, ...] | AutoRows = ()
+    reference: dict[str, Any] | None = None
+    bold_by: tuple[str, ...] | None = ()  # None: no bold at all
+    bold_exclude: dict[str, Any] = field(default_factory=dict)
+    baseline: str | None = None
+    notes: tuple[str, ...] = ()
+    source: str | None = None  # "module:function" producing the table (a DataFrame) instead of runs
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    kind: str  # accuracy_vs_budget | memory_trace
+    benchmark: str | None = None
+    score: str | None = None
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    tables: tuple[TableSpec, ...]
+    figures: tuple[FigureSpec, ...] | None  # None: choose from the data
+
+
+def _require(block: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in block or block[key] is None:
+        raise SpecError(f"{where}: `{key}` is required (have: {sorted(block)})")
+    return block[key]
+
+
+def _check_keys(block: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = set(block) - allowed
+    if unknown:
+        raise SpecError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    """A YAML string or list of strings as a tuple (``stub: FP16`` and ``stub: [FP16]`` alike)."""
+    return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
+
+
+def _column(block: Mapping[str, Any], where: str) -> ColumnSpec:
+    _check_keys(block, {"benchmark", "score", "label", "group", "published", "decimals", "better"}, where)
+    column = ColumnSpec(
+        benchmark=str(_require(block, "benchmark", where)),
+        score=str(_require(block, "score", where)),
+        label=str(block.get("label") or block["score"]),
+        group=block.get("group"),
+        published=block.get("published"),
+        decimals=int(block.get("decimals", 1)),
+        better=str(block.get("better", "higher")),
+    )
+    if column.better not in ("higher", "lower"):
+        raise SpecError(f"{where}: better must be 'higher' or 'lower', got {column.better!r}")
+    return column
+
+
+def _explicit_row(block: Mapping[str, Any], n_stub: int, where: str) -> RowSpec:
+    _check_keys(block, {"id", "stub", "match", "published"}, where)
+    stub = _strings(_require(block, "stub", where))
+    if len(stub) != n_stub:
+        raise SpecError(f"{where}: stub has {len(stub)} cells but the table's stub header has {n_stub}")
+    if ("match" in block) == ("published" in block):
+        raise SpecError(f"{where}: give exactly one of `match` (a run row) or `published` (a reference row)")
+    if "published" in block:
+        _check_keys(block["published"], set(PUBLISHED_FIELDS), f"{where}.published")
+    match = dict(block["match"] or {}) if "match" in block else None
+    return RowSpec(str(block.get("id") or stub[0]), stub, match, block.get("published"))
+
+
+def _auto_rows(block: Mapping[str, Any], n_stub: int, where: str) -> AutoRows:
+    _check_keys(block, {"by", "stub", "names", "order", "where"}, where)
+    by = _strings(_require(block, "by", where))
+    stub = _strings(block.get("stub") or ["{" + "} {".join(by) + "}"])
+    if len(stub) != n_stub:
+        raise SpecError(f"{where}: stub templates have {len(stub)} cells but the stub header has {n_stub}")
+    names = {k: {str(v): str(label) for v, label in m.items()} for k, m in (block.get("names") or {}).items()}
+    return AutoRows(by, stub, names, dict(block.get("order") or {}), dict(block.get("where") or {}))
+
+
+def parse_table(block: Mapping[str, Any], where: str = "table") -> TableSpec:
+    """One table spec from its YAML block (plain containers)."""
+    name = str(_require(block, "name", where))
+    where = f"{where} {name!r}"
+    if "source" in block:
+        _check_keys(block, {"name", "caption", "source", "notes"}, where)
+        if ":" not in str(block["source"]):
+            raise SpecError(f"{where}: source must be 'module:function', got {block['source']!r}")
+        notes = _strings(block.get("notes") or ())
+        return TableSpec(name, str(block.get("caption", "")), source=str(block["source"]), notes=notes)
+    allowed = {"name", "caption", "stub", "columns", "rows", "reference", "bold", "baseline", "notes"}
+    _check_keys(block, allowed, where)
+    stub = _strings(block.get("stub") or ["Method"])
+    columns = tuple(_column(c, f"{where}.columns[{i}]") for i, c in enumerate(_require(block, "columns", where)))
+    rows_block = _require(block, "rows", where)
+    if isinstance(rows_block, Mapping):
+        rows: tuple[RowSpec, ...] | AutoRows = _auto_rows(rows_block, len(stub), f"{where}.rows")
+    else:
+        rows = tuple(_explicit_row(r, len(stub), f"{where}.rows[{i}]") for i, r in enumerate(rows_block))
+        ids = [r.id for r in rows]
+        if len(set(ids)) != len(ids):
+            raise SpecError(f"{where}: row ids must be unique, got {ids}")
+        if "reference" in block:
+            raise SpecError(f"{where}: `reference` is for generated rows; give explicit rows a `published` filter")
+    bold = block.get("bold", {})
+    if bold is False:
+        bold_by, bold_exclude = None, {}
+    else:
+        _check_keys(bold, {"by", "exclude"}, f"{where}.bold")
+        bold_by, bold_exclude = _strings(bold.get("by") or ()), dict(bold.get("exclude") or {})
+    reference = block.get("reference")
+    if reference is not None:
+        _check_keys(reference, set(PUBLISHED_FIELDS), f"{where}.reference")
+    return TableSpec(
+        name=name,
+        caption=str(block.get("caption", "")),
+        stub=stub,
+        columns=columns,
+        rows=rows,
+        reference=dict(reference) if reference else None,
+        bold_by=bold_by,
+        bold_exclude=bold_exclude,
+        baseline=None if block.get("baseline") is None else str(block["baseline"]),
+        notes=_strings(block.get("notes") or ()),
+    )
+
+
+def parse_experiment(block: Any, where: str = "table") -> ExperimentSpec:
+    """The whole ``table`` block: a table, a list of tables, or ``{tables: [...], figures: [...]}``."""
+    if block is None:
+        raise SpecError(f"{where}: the experiment file has no `table:` block; add one (see infinipotv/results/spec.py)")
+    figures = None
+    if isinstance(block, Mapping) and "tables" in block:
+        _check_keys(block, {"tables", "figures"}, where)
+        if block.get("figures") is not None:
+            figures = tuple(_figure(f, f"{where}.figures[{i}]") for i, f in enumerate(block["figures"]))
+        block = block["tables"]
+    tables = [block] if isinstance(block, Mapping) else list(block)
+    parsed = tuple(parse_table(t, f"{where}[{i}]") for i, t in enumerate(tables))
+    names = [t.name for t in parsed]
+    if len(set(names)) != len(names):
+        raise SpecError(f"{where}: table names must be unique (they are file names), got {names}")
+    return ExperimentSpec(parsed, figures)
+
+
+def _figure(block: Mapping[str, Any], where: str) -> FigureSpec:
+    _check_keys(block, {"kind", "benchmark", "score"}, where)
+    kind = str(_require(block, "kind", where))
+    if kind not in ("accuracy_vs_budget", "memory_trace"):
+        raise SpecError(f"{where}: kind must be accuracy_vs_budget or memory_trace, got {kind!r}")
+    if kind == "accuracy_vs_budget" and not (block.get("benchmark") and block.get("score")):
+        raise SpecError(f"{where}: accuracy_vs_budget needs `benchmark` and `score`")
+    return FigureSpec(kind, block.get("benchmark"), block.get("score"))

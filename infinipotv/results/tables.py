@@ -1,0 +1,315 @@
+"""A table spec + runs + published rows -> a :class:`Table` of cells: values, n, partial flags, bold, statistics.
+
+Rendering (markdown, LaTeX) lives in :mod:`infinipotv.results.render`; this module decides what every cell holds.
+Bold is computed on the displayed (rounded) values among comparable run rows, so ties at the printed precision are
+all bold; reference rows are never part of it, and a partial cell only competes when no complete cell does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from infinipotv.results.collect import Run
+from infinipotv.results.generated import call_source
+from infinipotv.results.published import select, same_value
+from infinipotv.results.scoring import ScorerError, flatten_scores
+from infinipotv.results.spec import PUBLISHED_FIELDS, AutoRows, SpecError, TableSpec
+from infinipotv.results.stats import N_BOOT, SEED, PairedStat, paired_differences
+
+Names = Mapping[str, Mapping[str, str]]
+
+
+@dataclass
+class Cell:
+    value: float | None = None
+    n: int | None = None
+    partial: bool = False
+    bold: bool = False
+    stat: PairedStat | None = None
+
+    @property
+    def missing(self) -> bool:
+        return self.value is None
+
+
+@dataclass
+class Row:
+    id: str
+    stub: tuple[str, ...]
+    fields: dict[str, Any]
+    runs: dict[str, Run] = field(default_factory=dict)  # benchmark -> the run behind this row's cells
+    source: str | None = None  # published source; None for a run row
+    cells: list[Cell] = field(default_factory=list)
+
+    @property
+    def published(self) -> bool:
+        return self.source is not None
+
+
+@dataclass
+class Table:
+    spec: TableSpec
+    rows: list[Row] = field(default_factory=list)
+    baseline: str | None = None  # row id the statistics compare against
+    n_boot: int = N_BOOT  # bootstrap resamples behind the statistics
+    frame: pd.DataFrame | None = None  # a generated (``source``) table
+    footnotes: list[str] = field(default_factory=list)  # text that came with a generated table
+    notes: list[str] = field(default_factory=list)  # choices made while building (ambiguous runs...)
+
+
+def _matches(fields: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Every wanted key equal (a list: any of its values)."""
+    return all(
+        any(same_value(fields.get(key), v) for v in (value if isinstance(value, list) else [value]))
+        for key, value in wanted.items()
+    )
+
+
+def _display(key: str, value: Any, names: Names) -> str:
+    """A value as a table shows it: its ``names`` entry, else itself (6000.0 as 6000, None as –)."""
+    if value is None:
+        name_key = "null"
+    elif isinstance(value, float) and value.is_integer():
+        name_key = str(int(value))
+    else:
+        name_key = str(value)
+    return names.get(key, {}).get(name_key, "–" if value is None else name_key)
+
+
+def _render(template: str, fields: Mapping[str, Any], names: Names, where: str) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key not in fields:
+            raise SpecError(f"{where}: template field {{{key}}} is unknown here (available: {sorted(fields)})")
+        return _display(key, fields[key], names)
+
+    return re.sub(r"\{([^{}]+)\}", substitute, template)
+
+
+def _choose(candidates: Sequence[Run], experiment: str | None, what: str, notes: list[str]) -> Run:
+    """The run behind a cell when several match: this experiment's, complete, largest, most recent."""
+    ranked = sorted(
+        candidates,
+        key=lambda r: (r.fields["experiment"] == experiment, r.complete and not r.subset, len(r.predictions),
+                       str(r.provenance.get("end") or "")),
+        reverse=True,
+    )
+    if len(ranked) > 1:
+        others = ", ".join(r.id for r in ranked[1:])
+        notes.append(f"{what}: {len(ranked)} runs match; using {ranked[0].id} (not: {others})")
+    return ranked[0]
+
+
+def _by_benchmark(runs: Sequence[Run], spec: TableSpec, experiment: str | None, what: str,
+                  notes: list[str]) -> dict[str, Run]:
+    chosen = {}
+    for benchmark in dict.fromkeys(c.benchmark for c in spec.columns):
+        candidates = [r for r in runs if r.fields["benchmark"] == benchmark]
+        if candidates:
+            chosen[benchmark] = _choose(candidates, experiment, f"{what} / {benchmark}", notes)
+    return chosen
+
+
+def _published_rows(frame: pd.DataFrame, filters: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    """The distinct reference rows (as their descriptor fields) among the CSV lines matching ``filters``."""
+    chosen = select(frame, filters)[list(PUBLISHED_FIELDS)]
+    if chosen.empty:
+        raise SpecError(f"{where}: no published row matches {dict(filters)}; check source/table against the CSV")
+    keys = chosen.astype(object).where(chosen.notna(), None).values.tolist()
+    return [dict(zip(PUBLISHED_FIELDS, t)) for t in dict.fromkeys(map(tuple, keys))]
+
+
+def _published_row(spec: TableSpec, frame: pd.DataFrame, row_id: str, stub: tuple[str, ...],
+                   fields: Mapping[str, Any], where: str) -> Row:
+    mine = select(frame, {k: v for k, v in fields.items() if v is not None})
+    cells = []
+    for column in spec.columns:
+        hits = mine[(mine["benchmark"] == column.benchmark) & (mine["category"] == column.published_category)]
+        if len(hits) > 1:
+            raise SpecError(f"{where}: {len(hits)} published values for {column.benchmark}/"
+                            f"{column.published_category}; narrow the filter")
+        cells.append(Cell(float(hits["value"].iloc[0])) if len(hits) else Cell())
+    return Row(row_id, stub, dict(fields), source=str(fields["source"]), cells=cells)
+
+
+def _run_cells(spec: TableSpec, row: Row, notes: list[str]) -> list[Cell]:
+    cells = []
+    for column in spec.columns:
+        run = row.runs.get(column.benchmark)
+        if run is None:
+            cells.append(Cell())
+            continue
+        try:
+            n = run.question_counts.get(column.score)
+        except ScorerError as err:
+            n = None
+            notes.append(f"{run.id}: n unavailable ({err})")
+        cells.append(Cell(flatten_scores(run.scores).get(column.score), n, partial=not run.complete or run.subset))
+    return cells
+
+
+def _explicit_rows(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, experiment: str | None,
+                   notes: list[str]) -> list[Row]:
+    rows = []
+    for row_spec in spec.rows:
+        where = f"table {spec.name!r} row {row_spec.id!r}"
+        if row_spec.published is not None:
+            found = _published_rows(published, row_spec.published, where)
+            if len(found) > 1:
+                raise SpecError(f"{where}: the filter matches {len(found)} reference rows; "
+                                "add model/policy/kv/budget_tokens")
+            rows.append(_published_row(spec, published, row_spec.id, row_spec.stub, found[0], where))
+            continue
+        matched = [r for r in runs if _matches(r.fields, row_spec.match)]
+        by_benchmark = _by_benchmark(matched, spec, experiment, where, notes)
+        first = next(iter(by_benchmark.values()), None)
+        rows.append(Row(row_spec.id, row_spec.stub, {**(first.fields if first else {}), **row_spec.match},
+                        by_benchmark))
+    return rows
+
+
+def _sort_key(auto: AutoRows, row: Row) -> tuple[Any, ...]:
+    """``order`` position first, then numbers numerically and names alphabetically; ours before the reference."""
+    key: list[Any] = []
+    for name in auto.by:
+        value = row.fields.get(name)
+        order = auto.order.get(name, [])
+        position = next((i for i, o in enumerate(order) if same_value(value, o)), len(order))
+        if value is None:
+            natural: tuple[Any, ...] = (2,)
+        elif isinstance(value, (int, float)):
+            natural = (0, float(value))
+        else:
+            natural = (1, _display(name, value, auto.names))
+        key += [position, natural]
+    return (*key, row.published)
+
+
+def _auto_rows(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, experiment: str | None,
+               notes: list[str]) -> list[Row]:
+    auto = spec.rows
+    assert isinstance(auto, AutoRows)
+    benchmarks = {c.benchmark for c in spec.columns}
+    wanted = {"experiment": experiment, **auto.where} if experiment is not None else auto.where
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.fields["benchmark"] in benchmarks and _matches(run.fields, wanted):
+            groups.setdefault("/".join(_display(k, run.fields.get(k), {}) for k in auto.by), []).append(run)
+    rows = []
+    for row_id, members in groups.items():
+        where = f"table {spec.name!r} row {row_id!r}"
+        stub = tuple(_render(t, members[0].fields, auto.names, where) for t in auto.stub)
+        rows.append(Row(row_id, stub, members[0].fields, _by_benchmark(members, spec, experiment, where, notes)))
+    if spec.reference is not None:
+        where = f"table {spec.name!r} reference"
+        for fields in _published_rows(published, spec.reference, where):
+            if _matches(fields, {k: v for k, v in auto.where.items() if k in fields}):
+                row_id = "ref:" + "/".join(_display(k, fields.get(k), {}) for k in auto.by)
+                stub = tuple(_render(t, fields, auto.names, where) for t in auto.stub)
+                rows.append(_published_row(spec, published, row_id, stub, fields, where))
+    return sorted(rows, key=lambda r: _sort_key(auto, r))
+
+
+def _apply_bold(spec: TableSpec, rows: Sequence[Row]) -> None:
+    if spec.bold_by is None:
+        return
+    groups: dict[tuple[str, ...], list[Row]] = {}
+    for row in rows:
+        if not row.published and not (spec.bold_exclude and _matches(row.fields, spec.bold_exclude)):
+            groups.setdefault(tuple(str(row.fields.get(k)) for k in spec.bold_by), []).append(row)
+    for members in groups.values():
+        for j, column in enumerate(spec.columns):
+            cells = [r.cells[j] for r in members if not r.cells[j].missing]
+            cells = [c for c in cells if not c.partial] or cells
+            if len(cells) < 2:  # bold needs a comparison
+                continue
+            shown = [round(c.value, column.decimals) for c in cells]
+            best = max(shown) if column.better == "higher" else min(shown)
+            for cell, value in zip(cells, shown):
+                cell.bold = value == best
+
+
+def build_table(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame,
+                experiment: str | None = None) -> Table:
+    """Cells for every row and column of ``spec`` from ``runs`` and the ``published`` reference rows.
+
+    ``experiment`` names the experiment the table belongs to: generated rows take its runs only (unless the spec's
+    ``where`` says otherwise), and where several runs fit a cell its own are preferred.
+    """
+    table = Table(spec)
+    if spec.source is not None:
+        table.frame, table.footnotes = call_source(spec) or (None, [])
+        return table
+    make = _auto_rows if isinstance(spec.rows, AutoRows) else _explicit_rows
+    table.rows = make(spec, runs, published, experiment, table.notes)
+    for row in table.rows:
+        if not row.published:
+            row.cells = _run_cells(spec, row, table.notes)
+    _apply_bold(spec, table.rows)
+    return table
+
+
+def _named(row: Row, name: str) -> bool:
+    return name.lower() in (row.id.lower(), row.stub[0].lower())
+
+
+def find_row(table: Table, wanted: str) -> Row:
+    """A run row by id or by its first stub cell (case-insensitive)."""
+    for row in table.rows:
+        if not row.published and _named(row, wanted):
+            return row
+    choices = [r.id for r in table.rows if not r.published]
+    raise SpecError(f"table {table.spec.name!r}: no run row {wanted!r} to use as baseline; choose one of {choices}")
+
+
+def add_stats(table: Table, baseline: str | None = None, n_boot: int = N_BOOT, seed: int = SEED) -> None:
+    """Paired difference, bootstrap CI and McNemar p of every run row against a baseline row: ``baseline`` (must
+    exist), else the spec's ``baseline`` when the runs have it, else the first run row."""
+    run_rows = [r for r in table.rows if not r.published]
+    if not run_rows:
+        return
+    if baseline is not None:
+        base = find_row(table, baseline)
+    else:
+        wanted = table.spec.baseline
+        base = next((r for r in run_rows if wanted is not None and _named(r, wanted)), run_rows[0])
+        if wanted is not None and not _named(base, wanted):
+            table.notes.append(f"table {table.spec.name!r}: baseline {wanted!r} has no runs; using {base.id!r}")
+    table.baseline, table.n_boot = base.id, n_boot
+    for row in run_rows:
+        for benchmark, run in row.runs.items() if row is not base else ():
+            if benchmark not in base.runs:
+                continue
+            indices = [j for j, c in enumerate(table.spec.columns) if c.benchmark == benchmark]
+            paths = [table.spec.columns[j].score for j in indices]
+            try:
+                stats = paired_differences(run, base.runs[benchmark], paths, n_boot, seed)
+            except ScorerError as err:
+                table.notes.append(f"row {row.id} / {benchmark}: no statistics ({err})")
+                continue
+            for j, path in zip(indices, paths):
+                row.cells[j].stat = stats[path]
+
+
+def table_frame(table: Table) -> pd.DataFrame:
+    """Long form: one line per cell, with its flags, run and statistics (the CSV/JSON output)."""
+    if table.frame is not None:
+        return table.frame
+    records = []
+    for row in table.rows:
+        for column, cell in zip(table.spec.columns, row.cells):
+            stat = cell.stat.as_dict() if cell.stat else dict.fromkeys(PairedStat.__dataclass_fields__)
+            records.append({
+                "table": table.spec.name, "row": row.id, "label": " | ".join(row.stub), "published": row.published,
+                "source": row.source, "column": f"{column.group} {column.label}" if column.group else column.label,
+                "benchmark": column.benchmark, "score": column.score, "value": cell.value, "n": cell.n,
+                "partial": cell.partial, "missing": cell.missing, "bold": cell.bold,
+                "run": row.runs[column.benchmark].id if column.benchmark in row.runs else None,
+                "baseline": table.baseline, **stat,
+            })
+    return pd.DataFrame(records)
