@@ -49,15 +49,14 @@ class _Appender:
         self.f.close()
 
 
-def _frames(sample: VideoSample, cfg: RunConfig) -> tuple[np.ndarray, np.ndarray, float]:
+def sample_frames(sample: VideoSample, cfg: RunConfig) -> tuple[np.ndarray, np.ndarray, float]:
     """Frames to stream and their time stamps: a fixed count (uniform) or the model's rate capped at max_frames."""
     m = cfg.model
     if m.num_frames:
         frames, times, info = sample_uniform(sample.path, m.num_frames)
-        fps = len(frames) / info.duration_s if info.duration_s else m.fps
     else:
         frames, times, info = sample_rate(sample.path, m.fps, m.max_frames)
-        fps = len(frames) / info.duration_s if info.duration_s else m.fps
+    fps = len(frames) / info.duration_s if info.duration_s else m.fps  # the real rate of what is streamed
     return frames, times, fps
 
 
@@ -82,7 +81,7 @@ def _record(bench: Benchmark, sample: VideoSample, q: Question, answer: Answer |
 def _stream(session: StreamingSession, sample: VideoSample, todo: list[Question], cfg: RunConfig, bench: Benchmark,
             out: _Appender, memory: _Appender) -> None:
     """Stream one video and answer its remaining questions (offline: after the whole video; streaming: in time)."""
-    frames, times, fps = _frames(sample, cfg)
+    frames, times, fps = sample_frames(sample, cfg)
     session.start(sample.video_id)
     chunk = cfg.eval.chunk_frames
     fed = 0

@@ -57,7 +57,7 @@ class MLVU(AnnotatedBenchmark):
         return name, first_existing(candidates), question
 
     def parse(self, output: str, question: Question) -> str | None:
-        return by_form(output, "".join(question.options))
+        return by_form(output, "".join(question.options), strict=self.strict)
 
     def score(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         scores = super().score(records)

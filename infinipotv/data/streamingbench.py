@@ -115,7 +115,7 @@ class StreamingBench(AnnotatedBenchmark):
 
     def parse(self, output: str, question: Question) -> str | None:
         letters = "".join(question.options)
-        return by_form(output, letters) if self.strict else first_char(output, letters)
+        return by_form(output, letters, strict=True) if self.strict else first_char(output, letters)
 
     def score(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         scores = super().score(records)

@@ -44,7 +44,7 @@ class VideoMME(AnnotatedBenchmark):
         return vid, first_existing([self.root / "data" / f"{vid}{ext}" for ext in (".mp4", ".MP4", ".mkv")]), question
 
     def parse(self, output: str, question: Question) -> str | None:
-        return by_form(output, "".join(question.options))
+        return by_form(output, "".join(question.options), strict=self.strict)
 
     def score(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         scores = super().score(records)
