@@ -93,6 +93,7 @@ def _stream(session: StreamingSession, sample: VideoSample, todo: list[Question]
             fed = min(fed + chunk, n)
 
     asked = sorted(todo, key=lambda q: q.time_s) if bench.streaming else todo
+    traced = 0
     for q in asked:
         if bench.streaming and q.time_s is not None:
             feed_until(int(np.searchsorted(times, q.time_s, side="right")))
@@ -100,9 +101,10 @@ def _stream(session: StreamingSession, sample: VideoSample, todo: list[Question]
             feed_until(len(frames))
             session.finish()
         answer = session.ask(q.prompt, cfg.eval.max_new_tokens or q.max_new_tokens)
+        for step in session.trace[traced:]:  # the trace of what was streamed goes down before the answer it led to
+            memory.write(step.to_dict())
+        traced = len(session.trace)
         out.write(_record(bench, sample, q, answer, None))
-    for step in session.trace:
-        memory.write(step.to_dict())
 
 
 def _metrics(bench: Benchmark, records: list[dict], cfg: RunConfig, parts_info: dict, expected: int,
@@ -144,6 +146,14 @@ def _metrics(bench: Benchmark, records: list[dict], cfg: RunConfig, parts_info: 
     return metrics
 
 
+def _drop_partial_traces(path: Path, restream: set[str]) -> None:
+    """Videos that will be streamed again (some of their questions unanswered) record their trace anew."""
+    steps = read_jsonl(path, repair=True)[0]
+    kept = [step for step in steps if step["video_id"] not in restream]
+    if len(kept) < len(steps):
+        path.write_text("".join(json.dumps(step) + "\n" for step in kept))
+
+
 def run_job(cfg: RunConfig, run_dir: Path) -> dict:
     """Run (or resume) one evaluation into ``run_dir``; returns the metrics."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -155,6 +165,7 @@ def run_job(cfg: RunConfig, run_dir: Path) -> dict:
     samples = select(bench.samples(), cfg.benchmark)
     expected = sum(len(s.questions) for s in samples)
     done = {r["question_id"] for r in read_predictions(run_dir / PREDICTIONS)}
+    _drop_partial_traces(run_dir / MEMORY, {s.video_id for s in samples if any(q.qid not in done for q in s.questions)})
     parts: Parts | None = None
     out, memory = _Appender(run_dir / PREDICTIONS), _Appender(run_dir / MEMORY)
     try:

@@ -44,6 +44,11 @@ def test_resume_after_sigkill_answers_every_question_once(tmp_path):
     got = lines(killed_dir / "predictions.jsonl")
     assert sorted(r["question_id"] for r in got) == sorted(r["question_id"] for r in expected)
     assert {r["question_id"]: r["output"] for r in got} == {r["question_id"]: r["output"] for r in expected}
+    def trace(run):
+        steps = lines(run / "memory.jsonl")
+        return sorted((s["video_id"], s["step"], s["frames_seen"], s["video_tokens"], s["cache_bytes"]) for s in steps)
+
+    assert trace(killed_dir) == trace(tmp_path / "uninterrupted")
     m_resumed = json.loads((killed_dir / "metrics.json").read_text())
     m_full = json.loads((tmp_path / "uninterrupted" / "metrics.json").read_text())
     assert comparable(m_resumed) == comparable(m_full)

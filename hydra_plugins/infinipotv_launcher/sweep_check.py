@@ -1,0 +1,134 @@
+"""Check a whole sweep on the login node before a single job is submitted.
+
+Each job's config is composed exactly as the job itself will compose it (Hydra's config loader on the master config,
+whose resolver cache is copied, so ``${now:...}`` gives the job's value) and passed through
+:func:`infinipotv.factory.validate`. Two more things are checked because they silently corrupt results rather than
+fail: two jobs writing to one run directory, and a job whose run directory already holds a run with a different
+config (resume would append this config's answers to that run's predictions). One bad job rejects the sweep, with a
+message naming each bad job by its overrides and its problem.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import filter_overrides
+from hydra.errors import CompactHydraException
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.errors import OmegaConfBaseException
+
+log = logging.getLogger(__name__)
+PRESENTATION = {"table"}  # config keys that shape an experiment's tables, not what its jobs compute
+
+
+class SweepRejected(CompactHydraException):
+    """At least one job of a sweep cannot run; nothing was submitted. Hydra prints the message without a traceback."""
+
+
+@dataclass
+class PlannedJob:
+    """One job of a sweep as it will run: its number, overrides, run directory and what is wrong with it, if anything."""
+
+    num: int
+    overrides: list[str]
+    run_dir: Path | None
+    problem: str | None = None
+
+    def describe(self) -> str:
+        return f"#{self.num} {' '.join(filter_overrides(self.overrides)) or '(no overrides)'}"
+
+
+def _task_config(sweep_config: DictConfig) -> DictConfig:
+    """The job's own config: the sweep config without its ``hydra`` node, as Hydra hands it to the task."""
+    task = copy.deepcopy(sweep_config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    return task
+
+
+def _run_dir(sweep_config: DictConfig, run_dir_override: str | None) -> Path | None:
+    """Where the job will write: ``run_dir`` if set, else Hydra's sweep dir / subdir (as run.py picks it)."""
+    if run_dir_override:
+        return Path(run_dir_override).absolute()
+    try:
+        return Path(os.path.abspath(os.path.join(str(sweep_config.hydra.sweep.dir),
+                                                 str(sweep_config.hydra.sweep.subdir))))
+    except OmegaConfBaseException:
+        return None  # a subdir naming ${hydra.job.id}: known only once submitted (and never resumable)
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        return {k: v for key, val in node.items() for k, v in _flat(val, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: node}
+
+
+def _conflict(run_dir: Path, config_yaml: str, file_name: str) -> str | None:
+    """Why resuming in ``run_dir`` would be wrong (it holds another config), or None."""
+    saved = run_dir / file_name
+    if not saved.is_file():
+        return None
+    old = _flat(OmegaConf.to_container(OmegaConf.load(saved)))
+    new = _flat(OmegaConf.to_container(OmegaConf.create(config_yaml)))
+    differ = sorted(k for k in old.keys() | new.keys()
+                    if old.get(k) != new.get(k) and k.split(".")[0] not in PRESENTATION)
+    if not differ:
+        return None
+    return (f"{run_dir} already holds a run with another config ({', '.join(differ[:5])} differ): resuming there "
+            f"would mix two configurations; point hydra.sweep.dir at a new directory or delete that run")
+
+
+def plan_job(config_loader: Any, master: DictConfig, overrides: Sequence[str], num: int) -> PlannedJob:
+    """Compose and check one job of the sweep; a failure becomes the job's ``problem``, never an exception."""
+    # Imported here: Hydra imports every hydra_plugins module at start-up, and torch should not slow that down.
+    from infinipotv.config import ConfigError
+    from infinipotv.factory import as_run_config, validate
+    from infinipotv.job import CONFIG
+
+    job = PlannedJob(num, list(overrides), None)
+    hydra_config = HydraConfig.instance()
+    saved_cfg = hydra_config.cfg
+    try:
+        sweep_config = config_loader.load_sweep_config(master, list(overrides))
+        with open_dict(sweep_config.hydra.job):
+            sweep_config.hydra.job.num = num
+        hydra_config.set_config(sweep_config)  # resolves ${hydra:...} in the task config as the job will
+        run_cfg = as_run_config(_task_config(sweep_config))
+        job.run_dir = _run_dir(sweep_config, run_cfg.run_dir)
+        validate(run_cfg)
+        if job.run_dir is not None:
+            job.problem = _conflict(job.run_dir, OmegaConf.to_yaml(OmegaConf.structured(run_cfg)), CONFIG)
+    except Exception as err:  # anything that fails here fails on the node too: report it, keep checking the rest
+        message = " ".join(str(err).split())  # OmegaConf errors span lines; one line per job reads better
+        job.problem = message if isinstance(err, ConfigError) else f"{type(err).__name__}: {message}"
+    finally:
+        hydra_config.cfg = saved_cfg
+    return job
+
+
+def check_sweep(config_loader: Any, master: DictConfig, job_overrides: Sequence[Sequence[str]],
+                first_num: int = 0) -> list[PlannedJob]:
+    """Plan every job of a sweep; raise :class:`SweepRejected` naming each job that cannot run."""
+    jobs = [plan_job(config_loader, master, o, first_num + i) for i, o in enumerate(job_overrides)]
+    owner: dict[Path, PlannedJob] = {}
+    for job in jobs:
+        if job.run_dir is None or job.problem:
+            continue
+        if job.run_dir in owner:
+            job.problem = (f"writes to the same run directory as {owner[job.run_dir].describe()} ({job.run_dir}): "
+                           f"put ${{hydra.job.num}} or ${{hydra.job.override_dirname}} in hydra.sweep.subdir")
+        owner.setdefault(job.run_dir, job)
+    bad = [job for job in jobs if job.problem]
+    if bad:
+        lines = [f"  {job.describe()}: {job.problem}" for job in bad]
+        raise SweepRejected(f"sweep rejected, nothing submitted: {len(bad)} of {len(jobs)} jobs cannot run\n"
+                            + "\n".join(lines))
+    log.info(f"sweep checked: {len(jobs)} jobs compose and validate")
+    return jobs
