@@ -71,7 +71,7 @@ class CompressConfig:
 
     name: str = "full"
     budget: Optional[int] = None  # |M| in vision tokens per layer per KV head; None = never compress
-    budget_mib: Optional[float] = None  # |M| given as KV memory for the whole model instead of tokens
+    budget_mib: Optional[float] = None  # KV memory of the whole cache (all layers, prefix included) instead of |M|
     c_ratio: float = 0.75  # |C| = c_ratio * |M|
     alpha: float = 0.5
     r_ratio: float = 0.125

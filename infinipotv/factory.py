@@ -120,7 +120,11 @@ def build_parts(cfg: RunConfig) -> Parts:
                           f"(KIVI groups values over channels): choose quant.group_size=16 or a model with a larger head_dim")
     shape = (adapter.n_layers, adapter.n_kv_heads, adapter.head_dim)
     budget = cfg.compress.budget
+    prefix = len(adapter.prefix_ids())  # never evicted: a byte budget covers it, a token budget (|M|) does not
     if cfg.compress.budget_mib is not None:
-        budget = tokens_for_bytes(cfg.compress.budget_mib * 2**20, *shape, storage)
-    budget_bytes = None if budget is None else int(cache_bytes(budget, *shape, storage))
+        budget = tokens_for_bytes(cfg.compress.budget_mib * 2**20, *shape, storage) - prefix
+        if budget < 2:
+            raise ConfigError(f"compress.budget_mib={cfg.compress.budget_mib} holds no video memory once the "
+                              f"{prefix}-token prefix is stored: raise it")
+    budget_bytes = None if budget is None else int(cache_bytes(budget + prefix, *shape, storage))
     return Parts(adapter, policy, make_store, budget, budget_bytes)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import ROOT, lines, run_py
 
-TINY = ["model=tiny_qwen2vl", "compress=full", "quant=fp16", "benchmark=synthetic"]
+TINY = ["model=tiny_qwen2vl", "compress=full", "compress.budget=null", "quant=fp16", "benchmark=symbolic"]
 
 
 def comparable(metrics: dict) -> dict:
@@ -56,12 +56,13 @@ def test_resume_after_sigkill_answers_every_question_once(tmp_path):
 
 def test_missing_and_corrupt_videos_are_recorded_and_the_run_goes_on(tmp_path):
     data = tmp_path / "data"
-    first = run_py(*TINY, f"benchmark.root={data}", f"run_dir={tmp_path / 'a'}")
+    small = [*TINY, f"benchmark.root={data}", "benchmark.options.n_videos=3", "benchmark.options.frames=48"]
+    first = run_py(*small, f"run_dir={tmp_path / 'a'}")
     assert first.returncode == 0, first.stderr
-    videos = sorted((data / "videos").glob("*.mp4"))
+    videos = sorted(data.glob("*/videos/*.mp4"))
     videos[0].unlink()
     videos[1].write_bytes(b"not a video at all")
-    second = run_py(*TINY, f"benchmark.root={data}", f"run_dir={tmp_path / 'b'}")
+    second = run_py(*small, f"run_dir={tmp_path / 'b'}")
     assert second.returncode == 0, second.stderr
     records = lines(tmp_path / "b" / "predictions.jsonl")
     failed = [r for r in records if r["error"]]
@@ -89,7 +90,7 @@ def test_composed_config_prints_with_every_group():
 )
 def test_bad_config_fails_before_any_work_with_one_clear_line(tmp_path, override, needle):
     policy = [] if override.startswith("compress=") else ["compress=tar_van_pool", "compress.budget=200"]
-    base = [o for o in TINY if not o.startswith("compress=")]
+    base = [o for o in TINY if not o.startswith("compress")]
     out = run_py(*base, *policy, override, f"run_dir={tmp_path / 'run'}", timeout=60)
     assert out.returncode != 0
     assert needle in out.stderr

@@ -65,6 +65,8 @@ class FrameCoords:
     ``frame`` ``[H, T]``: dense frame index in ``0..n_grid_frames-1`` (oldest first); ``slot`` ``[H, T]``: position
     inside the frame (row, col = divmod(slot, w)); ``n_frames``: f, the frames the region is worth, ceil(T / p), the
     quantity r is derived from (the same for both views, so r * p never exceeds what the memory can hold).
+    ``offset``: in the pseudo-frames view token t of every head sits in cell ``t + offset`` (a regular layout that
+    computations may use instead of the per-token indices); None in the grid-aware view.
     """
 
     frame: torch.Tensor
@@ -72,6 +74,7 @@ class FrameCoords:
     n_grid_frames: int
     n_frames: int
     grid: tuple[int, int]
+    offset: int | None = None
 
     @property
     def tokens_per_frame(self) -> int:
@@ -104,7 +107,7 @@ def frame_coords(layout: FrameLayout, frame_view: str, n_tokens: int) -> FrameCo
     if frame_view == "pseudo_frames":
         pad = n_frames * p - n_tokens
         cell = (torch.arange(n_tokens, device=ids.device) + pad).expand(ids.shape[0], n_tokens)
-        return FrameCoords(cell // p, cell % p, n_frames, n_frames, layout.grid)
+        return FrameCoords(cell // p, cell % p, n_frames, n_frames, layout.grid, offset=pad)
     if frame_view == "grid_aware":
         ids = ids.long()
         true_frame = ids // p

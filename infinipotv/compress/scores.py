@@ -47,22 +47,46 @@ def tar_scores(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool = 
     (which ranks the past tokens the other way round: most redundant first).
 
     The mean cosine over recent frames is one dot product: Khat[t, s] . sum_t' Khat[t', s] / count(s), so no
-    [T, r] similarity matrix is ever built. The recent keys are placed in a dense [r, p] grid by a plain scatter
-    (cells are unique; deterministic on GPU, unlike scatter-add) and summed over frames. A slot with no recent
-    token (possible in the grid-aware view after evictions) counts as cosine 0.
+    [T, r] similarity matrix is ever built. Frames grow along each head's stream order, so the recent tokens are a
+    suffix of at most r * p tokens: only that suffix is placed in a dense [r, p] grid, by a plain row copy (cells are
+    unique; deterministic on GPU, unlike scatter-add; suffix tokens that are not recent go to a dump row), and summed
+    over frames. A slot with no recent token (possible in the grid-aware view after evictions) counts as cosine 0.
+    Rows are moved with ``index_copy_``/``index_select`` on flattened (head, row) indices: one index per row of D
+    values, where ``scatter``/``gather`` would read an expanded index per value.
     """
-    heads, _, dim = keys.shape
-    p = coords.tokens_per_frame
+    heads, n_tokens, dim = keys.shape
+    p, cells = coords.tokens_per_frame, r * coords.tokens_per_frame
     unit = F.normalize(keys.float(), dim=-1, eps=KEY_EPS)
     recent = coords.recent(r)
+    suffix = slice(n_tokens - min(n_tokens, cells), n_tokens)
     oldest_recent = coords.n_grid_frames - r
-    target = torch.where(recent, (coords.frame - oldest_recent) * p + coords.slot, r * p)  # others: dump row r*p
-    dense = unit.new_zeros(heads, r * p + 1, dim).scatter_(1, target[..., None].expand(-1, -1, dim), unit)
-    present = unit.new_zeros(heads, r * p + 1).scatter_(1, target, 1.0)
-    sums = dense[:, : r * p].view(heads, r, p, dim).sum(1)
-    counts = present[:, : r * p].view(heads, r, p).sum(1)
+    cell = (coords.frame[:, suffix] - oldest_recent) * p + coords.slot[:, suffix]
+    target = torch.where(recent[:, suffix], cell, cells)  # others: dump row r*p
+    head_rows = torch.arange(heads, device=keys.device).unsqueeze(1)
+    flat = (target + head_rows * (cells + 1)).reshape(-1)
+    dense = unit.new_zeros(heads * (cells + 1), dim).index_copy_(0, flat, unit[:, suffix].reshape(-1, dim))
+    present = unit.new_zeros(heads * (cells + 1)).index_fill_(0, flat, 1.0)
+    sums = dense.view(heads, cells + 1, dim)[:, :cells].reshape(heads, r, p, dim).sum(1)
+    counts = present.view(heads, cells + 1)[:, :cells].reshape(heads, r, p).sum(1)
     slot = coords.slot
-    similarity = (unit * sums.gather(1, slot[..., None].expand(-1, -1, dim))).sum(-1)
+    if coords.offset is None:
+        flat_slot = (slot + head_rows * p).reshape(-1)
+        picked = sums.reshape(heads * p, dim).index_select(0, flat_slot).view(heads, n_tokens, dim)
+        similarity = picked.mul_(unit).sum(-1)  # in place: picked is a fresh copy
+    else:
+        similarity = _periodic_dot(unit, sums, coords.offset)
     mean_cos = similarity / counts.gather(1, slot).clamp(min=1)
     score = mean_cos if reverse else -mean_cos
     return score.masked_fill(recent, math.inf)
+
+
+def _periodic_dot(unit: torch.Tensor, sums: torch.Tensor, offset: int) -> torch.Tensor:
+    """``unit[h, t] . sums[h, (t + offset) % p]`` for the pseudo-frames view, where tokens sit in consecutive cells:
+    after the first (partial) frame the region is whole frames, so the slot sums broadcast over them and no
+    per-token copy of ``sums`` is made. The same products and sums as the general path, element for element."""
+    heads, n_tokens, dim = unit.shape
+    p = sums.shape[1]
+    first = min(n_tokens, p - offset)  # the oldest frame holds slots offset .. p-1
+    head = (unit[:, :first] * sums[:, offset:offset + first]).sum(-1)
+    body = (unit[:, first:].reshape(heads, -1, p, dim) * sums.unsqueeze(1)).sum(-1).reshape(heads, -1)
+    return torch.cat([head, body], dim=1)

@@ -1,11 +1,11 @@
-"""Benchmarks (one module each, registered by name), video decoding and the synthetic benchmark."""
+"""Benchmarks (one module each, registered by name), video decoding and the symbolic benchmark."""
 
 from infinipotv.data import (  # noqa: F401  (each import registers its benchmark)
     egoschema,
     longvideobench,
     mlvu,
     streamingbench,
-    synthetic,
+    symbolic,
     videomme,
 )
 from infinipotv.data.base import BENCHMARKS, Benchmark, Question, VideoSample, register

@@ -16,6 +16,20 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from infinipotv.kv.store import KVStore
 
 
+def joined(stored: torch.Tensor, tail: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``stored`` then ``tail`` along the tokens, in ``dtype``: one copy, converting ``stored`` on the way (a
+    conversion then a concatenation would copy the whole cache twice at every decode step).
+
+    Not cached across decode steps on purpose: a view kept for the whole answer would hold a full-precision copy
+    of every layer at once, the memory the compressed (and KIVI) cache exists to save; made per layer, only one
+    layer's copy is alive at a time."""
+    out = torch.empty(stored.shape[0], stored.shape[1] + tail.shape[1], stored.shape[2], dtype=dtype,
+                      device=tail.device)
+    out[:, : stored.shape[1]].copy_(stored)
+    out[:, stored.shape[1]:].copy_(tail)
+    return out
+
+
 class StoreLayer(CacheLayerMixin):
     """One layer: committed tokens in a store, plus an optional transient full-precision tail."""
 
@@ -45,8 +59,7 @@ class StoreLayer(CacheLayerMixin):
             self.store.append(k, v, self.token_ids)
         keys, values = (self.store.dequantized() if len(self.store) else (k[:, :0], v[:, :0]))
         if self.tail is not None:
-            keys = torch.cat([keys.to(self.tail[0].dtype), self.tail[0]], 1)
-            values = torch.cat([values.to(self.tail[1].dtype), self.tail[1]], 1)
+            keys, values = joined(keys, self.tail[0], self.dtype), joined(values, self.tail[1], self.dtype)
         return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)
 
     def get_seq_length(self) -> int:
@@ -88,13 +101,17 @@ class StreamCache(Cache):
     def committed_length(self) -> int:
         return len(self.layers[0].store)
 
-    def nbytes(self) -> dict[str, int]:
+    def nbytes_by_layer(self) -> list[dict[str, int]]:
+        """Bytes each layer's store occupies, by part (one pass over the stores for both sums below)."""
+        return [store.nbytes() for store in self.stores]
+
+    def nbytes(self, by_layer: list[dict[str, int]] | None = None) -> dict[str, int]:
         """Bytes the stores' tensors occupy, by part, summed over layers (the transient tail is not memory)."""
         total: dict[str, int] = {}
-        for store in self.stores:
-            for part, n in store.nbytes().items():
+        for parts in by_layer if by_layer is not None else self.nbytes_by_layer():
+            for part, n in parts.items():
                 total[part] = total.get(part, 0) + n
         return total
 
-    def layer_nbytes(self) -> list[int]:
-        return [sum(store.nbytes().values()) for store in self.stores]
+    def layer_nbytes(self, by_layer: list[dict[str, int]] | None = None) -> list[int]:
+        return [sum(parts.values()) for parts in (by_layer if by_layer is not None else self.nbytes_by_layer())]

@@ -19,32 +19,48 @@ head is its quantized part followed by its residual part.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from infinipotv.kv.quant import check_bits, dequantize_codes, expand_value_params, quantize
-from infinipotv.kv.store import POSITION_DTYPE, KVStore
+from infinipotv.kv.quant import check_bits, dequantize_codes, dequantize_grouped, quantize
+from infinipotv.kv.store import POSITION_DTYPE, KVStore, gather_rows
 
 GROUP_COUNT_DTYPE = torch.int16  # survivors per key group (<= group_size), with the [H] lengths the bookkeeping
 
 
-def gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``out[h, t] = x[h, idx[h, t]]`` for ``x`` ``[H, L, ...]`` and ``idx`` ``[H, n]``."""
-    heads = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
-    return x[heads, idx]
+def ragged_index(la: torch.Tensor, lb: torch.Tensor, rows_a: int, rows_b: int, length: int) -> torch.Tensor:
+    """The rows of ``cat([a, b], 1)`` that :func:`ragged_cat` gathers (``a``, ``b`` with ``rows_a``, ``rows_b``
+    rows): computed once, it serves every pair of tensors with the same per-head lengths (keys and values).
+    ``length`` = max over heads of ``la + lb``, known on the host (reading it from the device would wait for it)."""
+    t = torch.arange(length, device=la.device).unsqueeze(0)
+    idx = torch.where(t < la.unsqueeze(1), t, rows_a + t - la.unsqueeze(1))
+    return idx.clamp(max=max(rows_a + rows_b - 1, 0))
 
 
-def ragged_cat(a: torch.Tensor, la: torch.Tensor, b: torch.Tensor, lb: torch.Tensor) -> torch.Tensor:
-    """Per head, the first ``la[h]`` rows of ``a`` then the first ``lb[h]`` rows of ``b``, padded to the longest head.
+def ragged_cat(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Per head, the first ``la[h]`` rows of ``a`` then the first ``lb[h]`` rows of ``b``, padded to the longest head,
+    where ``index`` is :func:`ragged_index` of those lengths and shapes.
 
-    Padding rows (past ``la[h] + lb[h]``) repeat some valid or padding row: their content is never read.
+    Padding rows (past ``la[h] + lb[h]``) repeat some valid or padding row: their content is never read (counts
+    excepted, see ``_flush``).
     """
-    n = int((la + lb).max()) if la.numel() else 0
-    both = torch.cat([a, b], dim=1)
-    if n == 0:
+    if index.shape[1] == 0:
         return a.new_empty((a.shape[0], 0, *a.shape[2:]))
-    t = torch.arange(n, device=a.device).unsqueeze(0)
-    idx = torch.where(t < la.unsqueeze(1), t, a.shape[1] + t - la.unsqueeze(1))
-    return gather_rows(both, idx.clamp(max=both.shape[1] - 1))
+    return gather_rows(torch.cat([a, b], dim=1), index)
+
+
+def ragged_join(a: torch.Tensor, la: torch.Tensor, b: torch.Tensor, lb: torch.Tensor, length: int) -> torch.Tensor:
+    """:func:`ragged_cat` for lengths that add up to ``length`` in every head (no padding rows): each valid row is
+    copied once, straight into place (``index_copy_``; rows past a head's length go to one spare row), where a
+    concatenation then a gather would copy everything twice."""
+    h = a.shape[0]
+    heads = torch.arange(h, device=a.device).unsqueeze(1) * length
+    out = a.new_empty(h * length + 1, *a.shape[2:])  # the last row receives the padding rows of a and b
+    for part, start, n in ((a, 0, la), (b, la.unsqueeze(1), lb)):
+        t = torch.arange(part.shape[1], device=a.device).unsqueeze(0)
+        dest = torch.where(t < n.unsqueeze(1), heads + start + t, h * length)
+        out.index_copy_(0, dest.reshape(-1), part.reshape(h * part.shape[1], *part.shape[2:]))
+    return out[: h * length].view(h, length, *a.shape[2:])
 
 
 def token_groups(counts: torch.Tensor, n: int) -> torch.Tensor:
@@ -83,6 +99,11 @@ class KiviStore(KVStore):
         self._k_scale = self._k_zero = torch.zeros(0)  # [H, Lg, D], one row per live key group
         self._k_count = torch.zeros(0, dtype=GROUP_COUNT_DTYPE)  # [H, Lg] survivors per key group, 0 = padding
         self._res_k = self._res_v = torch.zeros(0)  # [H, Lr, D] full-precision window
+        # Host copies of the per-head lengths (quantized tokens, live key groups): every tensor shape is taken from
+        # them, so append() and dequantized() never wait for the device; keep() reads the new lengths back once.
+        # Host bookkeeping (16 bytes per head), not cache memory: nbytes() leaves them out.
+        self._nq_host = np.zeros(0, dtype=np.int64)
+        self._ng_host = np.zeros(0, dtype=np.int64)
 
     # -- lengths -------------------------------------------------------------------------------------------------
 
@@ -122,11 +143,12 @@ class KiviStore(KVStore):
             )
         keys, values = keys.to(self.dtype), values.to(self.dtype)
         ids = token_ids.to(device=keys.device, dtype=POSITION_DTYPE).expand(h, -1)
-        nr = self.n_residual
+        nr, nr_host = self.n_residual, len(self) - self._nq_host
         self._ids = torch.cat([self._ids, ids], dim=1)
         full = torch.full_like(nr, n)
-        self._res_k = ragged_cat(self._res_k, nr, keys, full)
-        self._res_v = ragged_cat(self._res_v, nr, values, full)
+        index = ragged_index(nr, full, self._res_k.shape[1], n, int((nr_host + n).max()))
+        self._res_k = ragged_cat(self._res_k, keys, index)
+        self._res_v = ragged_cat(self._res_v, values, index)
         self._flush()
 
     def keep(self, indices: torch.Tensor) -> None:
@@ -134,31 +156,31 @@ class KiviStore(KVStore):
         n = indices.shape[1]
         nq, lq = self._nq, self._k_codes.shape[1]
         nq_new = (indices < nq.unsqueeze(1)).sum(dim=1)
+        nq_new_host = nq_new.cpu().numpy()  # the new shapes depend on which tokens were kept: read them once
         if lq:
             # sorted indices: a head's first nq_new[h] kept indices are its quantized survivors
-            idx_q = indices[:, : int(nq_new.max())].clamp(max=lq - 1)
+            idx_q = indices[:, : int(nq_new_host.max())].clamp(max=lq - 1)
             gid = token_groups(self._k_count, lq).gather(1, idx_q)
             self._k_codes, self._v_codes = gather_rows(self._k_codes, idx_q), gather_rows(self._v_codes, idx_q)
             self._v_scale, self._v_zero = gather_rows(self._v_scale, idx_q), gather_rows(self._v_zero, idx_q)
             self._keep_key_groups(gid, nq_new)
-        nr_new = n - nq_new
-        rank = (nq_new.unsqueeze(1) + torch.arange(int(nr_new.max()), device=indices.device)).clamp(max=n - 1)
+        nr_new_host = n - nq_new_host
+        rank = (nq_new.unsqueeze(1) + torch.arange(int(nr_new_host.max()), device=indices.device)).clamp(max=n - 1)
         idx_r = (indices.gather(1, rank) - nq.unsqueeze(1)).clamp(0, max(self._res_k.shape[1] - 1, 0))
         self._res_k, self._res_v = gather_rows(self._res_k, idx_r), gather_rows(self._res_v, idx_r)
         self._ids = self._ids.gather(1, indices)
-        self._nq = nq_new
+        self._nq, self._nq_host = nq_new, nq_new_host
 
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._ids is None:
             raise RuntimeError("dequantized() on an empty KiviStore: append tokens first")
-        lq, g = self._k_codes.shape[1], self.group_size
-        gid = token_groups(self._k_count, lq)
+        lq = self._k_codes.shape[1]
+        gid = token_groups(self._k_count, lq)  # key groups hold different numbers of survivors: scales per token
         k_scale, k_zero = gather_rows(self._k_scale, gid), gather_rows(self._k_zero, gid)
         keys_q = dequantize_codes(self._k_codes, k_scale, k_zero, self.bits)
-        v_scale, v_zero = expand_value_params(self._v_scale, g), expand_value_params(self._v_zero, g)
-        values_q = dequantize_codes(self._v_codes, v_scale, v_zero, self.bits)
-        nr = self.n_residual
-        return ragged_cat(keys_q, self._nq, self._res_k, nr), ragged_cat(values_q, self._nq, self._res_v, nr)
+        values_q = dequantize_grouped(self._v_codes, self._v_scale, self._v_zero, self.bits, self.group_size, "value")
+        nr, t = self.n_residual, len(self)  # nq + nr = T in every head
+        return ragged_join(keys_q, self._nq, self._res_k, nr, t), ragged_join(values_q, self._nq, self._res_v, nr, t)
 
     def token_ids(self) -> torch.Tensor:
         if self._ids is None:
@@ -177,7 +199,8 @@ class KiviStore(KVStore):
                  "positions", "padding"), 0
             )
         d, esize = self._res_k.shape[2], self._res_k.element_size()
-        n_q, n_g, n_r = int(self._nq.sum()), int(self.n_key_groups.sum()), int(self.n_residual.sum())
+        n_q, n_g = int(self._nq_host.sum()), int(self._ng_host.sum())
+        n_r = len(self) * self._ids.shape[0] - n_q
         code_row = self._k_codes.shape[2]
         parts = {
             "key_codes": n_q * code_row,
@@ -212,6 +235,7 @@ class KiviStore(KVStore):
         dev = keys.device
         self._ids = torch.zeros(h, 0, dtype=POSITION_DTYPE, device=dev)
         self._nq = torch.zeros(h, dtype=torch.long, device=dev)
+        self._nq_host, self._ng_host = np.zeros(h, dtype=np.int64), np.zeros(h, dtype=np.int64)
         self._k_codes = self._v_codes = torch.zeros(h, 0, d * self.bits // 8, dtype=torch.uint8, device=dev)
         self._v_scale = self._v_zero = torch.zeros(h, 0, d // self.group_size, dtype=self.dtype, device=dev)
         self._k_scale = self._k_zero = torch.zeros(h, 0, d, dtype=self.dtype, device=dev)
@@ -221,27 +245,35 @@ class KiviStore(KVStore):
     def _flush(self) -> None:
         """Quantize, per head, the oldest whole groups of G residual tokens until the window is below R + G."""
         g = self.group_size
-        nr = self.n_residual
-        n_groups = ((nr - self.residual_length) // g).clamp(min=0)  # per head
-        most = int(n_groups.max())
+        nr, nr_host = self.n_residual, len(self) - self._nq_host
+        groups_host = np.maximum((nr_host - self.residual_length) // g, 0)  # per head; sizes come from here
+        most = int(groups_host.max())
         if most == 0:
             return
+        n_groups = ((nr - self.residual_length) // g).clamp(min=0)  # the same, on the device
         span = most * g  # every head holds at least R + span >= span residual rows; extra ones are discarded
         qk = quantize(self._res_k[:, :span], self.bits, g, "key")
         qv = quantize(self._res_v[:, :span], self.bits, g, "value")
         n_tok = n_groups * g
         nq, ng = self._nq, self.n_key_groups
-        self._k_codes = ragged_cat(self._k_codes, nq, qk.codes, n_tok)
-        self._v_codes = ragged_cat(self._v_codes, nq, qv.codes, n_tok)
-        self._v_scale = ragged_cat(self._v_scale, nq, qv.scale, n_tok)
-        self._v_zero = ragged_cat(self._v_zero, nq, qv.zero, n_tok)
-        self._k_scale = ragged_cat(self._k_scale, ng, qk.scale, n_groups)
-        self._k_zero = ragged_cat(self._k_zero, ng, qk.zero, n_groups)
+        tok = ragged_index(nq, n_tok, self._k_codes.shape[1], span, int((self._nq_host + groups_host * g).max()))
+        self._k_codes = ragged_cat(self._k_codes, qk.codes, tok)
+        self._v_codes = ragged_cat(self._v_codes, qv.codes, tok)
+        self._v_scale = ragged_cat(self._v_scale, qv.scale, tok)
+        self._v_zero = ragged_cat(self._v_zero, qv.zero, tok)
+        grp = ragged_index(ng, n_groups, self._k_scale.shape[1], most, int((self._ng_host + groups_host).max()))
+        self._k_scale = ragged_cat(self._k_scale, qk.scale, grp)
+        self._k_zero = ragged_cat(self._k_zero, qk.zero, grp)
         full = torch.full((nr.shape[0], most), g, dtype=GROUP_COUNT_DTYPE, device=nr.device)
-        self._k_count = ragged_cat(self._k_count, ng, full, n_groups)
+        counts = ragged_cat(self._k_count, full, grp)
+        # Padding rows repeat real rows: zero their counts, or a head that quantized fewer groups than the others
+        # would count a padding row as a live group and place its next groups after it (wrong scales).
+        padding = torch.arange(counts.shape[1], device=nr.device) >= (ng + n_groups).unsqueeze(1)
+        self._k_count = counts.masked_fill(padding, 0)
         self._nq = nq + n_tok
-        left = nr - n_tok
-        rank = (n_tok.unsqueeze(1) + torch.arange(int(left.max()), device=nr.device)).clamp(
+        self._nq_host, self._ng_host = self._nq_host + groups_host * g, self._ng_host + groups_host
+        left_host = nr_host - groups_host * g
+        rank = (n_tok.unsqueeze(1) + torch.arange(int(left_host.max()), device=nr.device)).clamp(
             max=self._res_k.shape[1] - 1
         )
         self._res_k, self._res_v = gather_rows(self._res_k, rank), gather_rows(self._res_v, rank)
@@ -255,7 +287,8 @@ class KiviStore(KVStore):
         counts = torch.zeros(self._k_count.shape, dtype=torch.long, device=gid.device)
         counts.scatter_add_(1, gid, valid.long())
         live = counts > 0
-        order = torch.argsort((~live).to(torch.uint8), dim=1, stable=True)[:, : int(live.sum(dim=1).max())]
+        self._ng_host = live.sum(dim=1).cpu().numpy()
+        order = torch.argsort((~live).to(torch.uint8), dim=1, stable=True)[:, : int(self._ng_host.max())]
         self._k_scale, self._k_zero = gather_rows(self._k_scale, order), gather_rows(self._k_zero, order)
         self._k_count = counts.gather(1, order).to(GROUP_COUNT_DTYPE)
 
@@ -268,8 +301,11 @@ class KiviStore(KVStore):
             raise ValueError(f"indices must be [heads={h}, n <= {t}], got {tuple(indices.shape)}")
         if indices.is_floating_point() or indices.dtype == torch.bool:
             raise TypeError(f"indices must be an integer tensor of token positions, got {indices.dtype}")
-        if indices.shape[1] and (indices.min() < 0 or indices.max() >= t):
-            raise ValueError(f"indices must lie in [0, {t}) (positions in the current token order)")
-        if indices.shape[1] > 1 and bool((indices[:, 1:] <= indices[:, :-1]).any()):
-            raise ValueError("indices must be strictly increasing along each head (sort them before keep())")
+        if indices.shape[1]:  # one read-back from the device for both checks
+            out_of_range, unsorted = torch.stack([
+                (indices.min() < 0) | (indices.max() >= t), (indices[:, 1:] <= indices[:, :-1]).any()]).tolist()
+            if out_of_range:
+                raise ValueError(f"indices must lie in [0, {t}) (positions in the current token order)")
+            if unsorted:
+                raise ValueError("indices must be strictly increasing along each head (sort them before keep())")
         return indices.long()

@@ -14,6 +14,17 @@ import torch
 POSITION_DTYPE = torch.int32  # one stored id per token per head: the "4 B pos" of the byte accounting
 
 
+def gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``out[h, t] = x[h, idx[h, t]]`` for ``x`` ``[H, L, ...]`` and ``idx`` ``[H, n]``.
+
+    One ``index_select`` of whole rows over the flattened (head, row) axis: advanced indexing ``x[heads, idx]``
+    computes the same thing several times slower on CPU."""
+    h, length = x.shape[:2]
+    flat = idx + torch.arange(h, device=idx.device).unsqueeze(1) * length
+    rows = x.reshape(h * length, *x.shape[2:]).index_select(0, flat.reshape(-1))
+    return rows.view(h, idx.shape[1], *x.shape[2:])
+
+
 class KVStore(ABC):
     """One layer's kept keys/values. Shapes are per head: ``[heads, tokens, head_dim]`` (batch size 1)."""
 
@@ -69,10 +80,8 @@ class FullPrecisionStore(KVStore):
 
     def keep(self, indices: torch.Tensor) -> None:
         assert self._keys is not None, "keep() on an empty store"
-        d = self._keys.shape[-1]
-        rows = indices.unsqueeze(-1).expand(-1, -1, d)
-        self._keys = self._keys.gather(1, rows)
-        self._values = self._values.gather(1, rows)
+        self._keys = gather_rows(self._keys, indices)
+        self._values = gather_rows(self._values, indices)
         self._ids = self._ids.gather(1, indices)
 
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:

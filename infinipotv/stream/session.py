@@ -159,13 +159,14 @@ class StreamingSession:
         return CompressRecord(tokens_before=before, tokens_after=self.video_tokens, seconds=time.perf_counter() - t0)
 
     def _record(self, encode_s: float, record: CompressRecord | None) -> None:
-        parts = self.cache.nbytes()
+        by_layer = self.cache.nbytes_by_layer()
+        parts = self.cache.nbytes(by_layer)
         self.trace.append(
             TraceStep(
                 video_id=self.video_id, step=len(self.trace), frames_seen=self.frames_encoded,
                 prefix_tokens=self.prefix_len, video_tokens=self.video_tokens,
                 total_tokens=self.cache.committed_length(), cache_bytes=sum(parts.values()),
-                cache_bytes_by_part=parts, layer_bytes=self.cache.layer_nbytes(),
+                cache_bytes_by_part=parts, layer_bytes=self.cache.layer_nbytes(by_layer),
                 peak_memory_bytes=self.peak.read(), encode_seconds=encode_s, compress=record,
             )
         )

@@ -1,0 +1,122 @@
+"""The paper's Table A4 in shape, on one GPU: a Qwen2-VL-7B-shaped model with random bf16 weights streams 768
+frames with the full cache and with InfiniPot-V at |M| = 6K (bf16 and KIVI int4 storage); memory curve and time to
+first token of each, plus the full cache prefilled in one shot (the paper's "full prefill").
+
+    python -m bench.gpu_table_a4 --out $OUT    # on the GPU: under 8 minutes on an H200 (docs/performance.md)
+    python -m bench.gpu_table_a4 --smoke       # tiny shapes on the CPU, for the tests
+
+No weights are downloaded: the model is built from the real Qwen2-VL-7B config values below and initialised at
+random directly on the device. Numbers are timings and memory only (random weights answer nothing). Frames are
+252 x 392, so smart resize keeps 9 x 14 = 126 tokens per model frame (the paper's ~130 at max_pixels 128*28*28):
+768 raw frames = 384 model frames = 48,384 vision tokens, the paper's "~50K tokens".
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+from bench.common import parse, parser, write_result
+from bench.streams import StreamSpec, release, run_stream, warm_up
+from infinipotv.config import ModelConfig
+from infinipotv.models.qwen2vl import Qwen2VLAdapter
+from infinipotv.models.tokenizer import qwen2_tokenizer
+
+# Qwen2-VL-7B-Instruct's config.json (text and vision towers), written out: nothing is fetched.
+QWEN2VL_7B = {
+    "text": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                 num_attention_heads=28, num_key_value_heads=4, hidden_act="silu", max_position_embeddings=32768,
+                 rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                     "mrope_section": [16, 24, 24]}),
+    "vision": dict(depth=32, embed_dim=1280, hidden_size=3584, hidden_act="quick_gelu", mlp_ratio=4, num_heads=16,
+                   in_channels=3, patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
+}
+TINY = {
+    "text": dict(vocab_size=151936, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
+                 rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 6, 6]}),
+    "vision": dict(depth=1, embed_dim=32, hidden_size=128, num_heads=2, mlp_ratio=2),
+}
+# (policy, storage, one-shot prefill)
+MODES = (
+    ("full", "bf16", True),
+    ("full", "bf16", False),
+    ("tar_van_pool", "bf16", False),
+    ("full", "int4", False),
+    ("tar_van_pool", "int4", False),
+)
+ANSWER_TOKENS = 16
+
+
+def build_adapter(shape: dict[str, dict[str, Any]], device: torch.device, dtype: torch.dtype) -> Qwen2VLAdapter:
+    """A Qwen2-VL of the given shape, random weights created on ``device`` in ``dtype``, behind the real adapter."""
+    config = Qwen2VLConfig(text_config=shape["text"], vision_config=shape["vision"], tie_word_embeddings=False)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2VLForConditionalGeneration._from_config(config, dtype=dtype, attn_implementation="sdpa")
+    cfg = ModelConfig(family="qwen2vl", dtype=str(dtype).removeprefix("torch."), device=str(device))
+    return Qwen2VLAdapter(cfg, model.eval(), qwen2_tokenizer())
+
+
+def tokens_per_model_frame(adapter: Qwen2VLAdapter, frame_hw: tuple[int, int]) -> int:
+    _, (_, gh, gw) = adapter.preprocess(np.zeros((adapter.frames_per_step, *frame_hw, 3), dtype=np.uint8))
+    merge = adapter.vision_config.spatial_merge_size
+    return (gh // merge) * (gw // merge)
+
+
+def run_mode(adapter: Qwen2VLAdapter, spec: StreamSpec, policy: str, storage: str, n_frames: int) -> dict[str, Any]:
+    """One stream of ``n_frames`` raw frames, then a question: the memory curve and the time to its first token."""
+    n_tokens = n_frames // adapter.frames_per_step * tokens_per_model_frame(adapter, spec.frame_hw)
+    result = run_stream(adapter, spec, policy, storage, n_tokens, checkpoints=(n_tokens / spec.budget,),
+                        answer_tokens=ANSWER_TOKENS)
+    mark = result["checkpoints"][-1]
+    steps = result["steps"]
+    return {
+        "policy": policy, "storage": storage, "peak_bytes": mark["peak_bytes"],
+        "peak_with_answer_bytes": mark["peak_with_answer_bytes"],
+        "cache_bytes": max(max(s["cache_bytes"], s["cache_bytes_before_pass"] or 0) for s in steps),
+        "first_token_seconds": mark["first_token_seconds"], "answer_seconds": mark["answer_seconds"],
+        "stream_seconds": result["totals"]["stream_seconds"], "compress_share": result["totals"]["compress_share"],
+        "passes": result["totals"]["passes"], "video_tokens": mark["video_tokens"],
+        "curve": [{"frames": (i + 1) * spec.chunk_frames, "peak_bytes": s["peak_bytes"],
+                   "allocated_bytes": s["current_bytes"], "cache_bytes": s["cache_bytes"]}
+                  for i, s in enumerate(steps)],
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    p.add_argument("--frames", type=int, default=768, help="raw frames per stream (the paper: 768 at 2 fps)")
+    args = parse(p, argv)
+    if args.smoke:
+        device, dtype, shape, frames = torch.device("cpu"), torch.float32, TINY, 48
+        spec = StreamSpec("qwen2vl (tiny, random)", frame_hw=(56, 84), chunk_frames=2, budget=48)
+    else:
+        device, dtype, shape, frames = torch.device(args.device), torch.bfloat16, QWEN2VL_7B, args.frames
+        spec = StreamSpec("qwen2vl-7b (random bf16)", frame_hw=(252, 392), chunk_frames=16)
+    adapter = build_adapter(shape, device, dtype)
+    warm_up(adapter, spec, "tar_van_pool", "int4")
+    runs = []
+    for policy, storage, one_shot in MODES:
+        mode = "full prefill" if one_shot else "full streamed" if policy == "full" else "InfiniPot-V"
+        mode_spec = StreamSpec(spec.model, spec.frame_hw, frames if one_shot else spec.chunk_frames, spec.budget)
+        runs.append({"mode": mode, **run_mode(adapter, mode_spec, policy, storage, frames)})
+        gc.collect()
+        release(device)
+        print(f"{mode:16s} {storage:5s} peak {runs[-1]['peak_bytes'] / 2**30:7.2f} GiB  "
+              f"ttft {runs[-1]['first_token_seconds']:.3f} s  stream {runs[-1]['stream_seconds']:.1f} s", flush=True)
+    data = {"model": spec.model, "dtype": str(dtype).removeprefix("torch."), "frames": frames,
+            "frame_hw": spec.frame_hw, "budget": spec.budget,
+            "tokens_per_frame": tokens_per_model_frame(adapter, spec.frame_hw), "answer_tokens": ANSWER_TOKENS,
+            "weights_bytes": sum(t.nbytes for t in adapter.model.parameters()), "runs": runs}
+    write_result(args.out, "gpu_table_a4", data, args.smoke, device)
+    return data
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""The symbolic benchmark: seeded glyph videos of scenes, distractors and needle events, and questions about them.
+
+Each frame is one short line of text drawn in the glyph code (:mod:`infinipotv.models.glyphs`): the symbolic model
+reads it with a real language model, so memory compression changes real answers on a CPU. A video is a sequence of
+*scenes* ("The kitchen has a red kettle."), each held for many identical frames (the temporal redundancy TaR
+exploits); *needle* events (a code, a name, a count...) last one frame at controlled depths of the stream;
+*distractor* events look more or less like the needles. Questions ask for a needle (short answer or multiple
+choice) or for what a scene showed (multiple choice), after the stream (offline) or at a time stamp while it plays
+(streaming). Every prompt ends with an answer prefix ("Answer: The secret code is"), so the model answers by reading
+its memory, and short answers are scored by normalized exact match of the first word.
+
+The generator writes real mp4 files (PyAV, lossless) and ``annotations.json`` (one row per question, the schema of the
+released benchmarks) under ``benchmark.root``, in a folder named by its parameters: a knob changed gives a new
+folder, a finished one is reused. Knobs (``benchmark.options``): stream length ``frames``, ``scene_frames``,
+``n_needles``, ``needle_span`` (where in the stream the needles sit, as fractions), ``n_distractors`` and
+``distractor_similarity`` (0 = unrelated events, 1 = near-copies of a needle's sentence). See docs/symbolic.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infinipotv.config import BenchmarkConfig, ConfigError
+from infinipotv.data.base import Question, VideoSample, register
+from infinipotv.data.loading import AnnotatedBenchmark, hms_seconds, options_from_list
+from infinipotv.data.symbolic_content import COLOURS, KINDS, SCENE, NeedleKind, scene_cast
+from infinipotv.data.video import write_video
+from infinipotv.models import glyphs
+
+VERSION = 1  # bump when the generator's output changes for the same parameters
+LETTERS = "ABCD"
+DEFAULTS: dict[str, Any] = {
+    "n_videos": 6, "frames": 128, "fps": 2, "grid": [3, 4], "patch": glyphs.DEFAULT_PATCH, "scene_frames": 12,
+    "n_needles": 3, "needle_span": [0.1, 0.6], "needle_frames": 1, "n_distractors": 3, "distractor_similarity": 0.25,
+    "mc_fraction": 0.5, "streaming_fraction": 0.5, "question_delay": [0.2, 0.4], "scene_questions": 1,
+    "show_options": False,
+}
+MAX_NEW_TOKENS = 8
+
+
+def _fraction(name: str, value: float) -> float:
+    if not 0 <= value <= 1:
+        raise ConfigError(f"benchmark.options.{name}={value} must lie in [0, 1]")
+    return float(value)
+
+
+def _span(name: str, value: list[float]) -> tuple[float, float]:
+    lo, hi = (float(v) for v in value)
+    if not 0 <= lo <= hi <= 1:
+        raise ConfigError(f"benchmark.options.{name}={list(value)} must be [lo, hi] with 0 <= lo <= hi <= 1")
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The generator's parameters, checked (``benchmark.options`` over :data:`DEFAULTS`)."""
+
+    n_videos: int
+    frames: int
+    fps: int
+    grid: tuple[int, int]
+    patch: int
+    scene_frames: int
+    n_needles: int
+    needle_span: tuple[float, float]
+    needle_frames: int
+    n_distractors: int
+    distractor_similarity: float
+    mc_fraction: float
+    streaming_fraction: float
+    question_delay: tuple[float, float]
+    scene_questions: int
+    show_options: bool
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> "Knobs":
+        unknown = sorted(set(options) - set(DEFAULTS))
+        if unknown:
+            raise ConfigError(f"benchmark.options has unknown keys {unknown} for benchmark=symbolic; "
+                              f"known: {', '.join(DEFAULTS)}")
+        o = {**DEFAULTS, **options}
+        knobs = cls(
+            n_videos=int(o["n_videos"]), frames=int(o["frames"]), fps=int(o["fps"]),
+            grid=(int(o["grid"][0]), int(o["grid"][1])), patch=int(o["patch"]), scene_frames=int(o["scene_frames"]),
+            n_needles=int(o["n_needles"]), needle_span=_span("needle_span", o["needle_span"]),
+            needle_frames=int(o["needle_frames"]), n_distractors=int(o["n_distractors"]),
+            distractor_similarity=_fraction("distractor_similarity", o["distractor_similarity"]),
+            mc_fraction=_fraction("mc_fraction", o["mc_fraction"]),
+            streaming_fraction=_fraction("streaming_fraction", o["streaming_fraction"]),
+            question_delay=_span("question_delay", o["question_delay"]), scene_questions=int(o["scene_questions"]),
+            show_options=bool(o["show_options"]),
+        )
+        knobs.check()
+        return knobs
+
+    def check(self) -> None:
+        if not 0 <= self.n_needles <= len(KINDS):
+            raise ConfigError(f"benchmark.options.n_needles={self.n_needles} must lie in [0, {len(KINDS)}] "
+                              f"(one needle per kind: {', '.join(k.name for k in KINDS)})")
+        events = (self.n_needles + self.n_distractors) * self.needle_frames
+        if min(self.n_videos, self.fps, self.scene_frames, self.needle_frames, *self.grid) < 1 or events >= self.frames:
+            raise ConfigError(f"benchmark.options: n_videos, fps, scene_frames, needle_frames and grid must be >= 1 and "
+                              f"the events ({events} frames) fewer than frames={self.frames}")
+        glyphs.frame_size(self.grid, self.patch)  # checks the patch size
+
+    @property
+    def tag(self) -> str:
+        """Folder name: the parameters' hash (with the seed added by the caller)."""
+        blob = json.dumps({"version": VERSION, **self.__dict__}, sort_keys=True, default=list)
+        return hashlib.sha1(blob.encode()).hexdigest()[:10]
+
+
+def _hms(seconds: float) -> str:
+    minutes, s = divmod(seconds, 60)
+    return f"{int(minutes // 60):02d}:{int(minutes % 60):02d}:{s:05.2f}"
+
+
+def _depth_bin(fraction: float) -> str:
+    return "early" if fraction < 1 / 3 else "middle" if fraction < 2 / 3 else "late"
+
+
+class _Video:
+    """One generated video: a timeline of frame texts, and its question rows."""
+
+    def __init__(self, knobs: Knobs, rng: np.random.Generator, video_id: str) -> None:
+        self.k, self.rng, self.video_id = knobs, rng, video_id
+        self.lines = self._scenes()
+        self.rows: list[dict[str, Any]] = []
+        kinds = [KINDS[i] for i in rng.permutation(len(KINDS))[: knobs.n_needles]]
+        starts = self._needle_starts()
+        free = self._free_starts(starts)
+        for i, (kind, start) in enumerate(zip(kinds, starts)):
+            value = kind.draw(rng)
+            self._place(start, kind.statement(value))
+            self._ask_needle(i, kind, value, start)
+        for j, start in enumerate(free):
+            kind = kinds[j % len(kinds)] if kinds else KINDS[j % len(KINDS)]
+            self._place(start, kind.lure(self.k.distractor_similarity, rng))
+        for j in range(knobs.scene_questions):
+            self._ask_scene(j)
+
+    # -- the timeline ---------------------------------------------------------------------------------------------
+    def _scenes(self) -> list[str]:
+        """Scenes held for ``scene_frames`` (+-25%) frames each; a place keeps its look when the camera returns."""
+        self.cast = scene_cast(self.rng)
+        self.scene_spans: list[tuple[int, int, int]] = []  # (cast index, first frame, end frame)
+        lines: list[str] = []
+        previous = -1
+        while len(lines) < self.k.frames:
+            index = int(self.rng.integers(len(self.cast) - 1))
+            index += index >= previous >= 0  # never the same place twice in a row
+            hold = max(1, round(self.k.scene_frames * self.rng.uniform(0.75, 1.25)))
+            self.scene_spans.append((index, len(lines), min(len(lines) + hold, self.k.frames)))
+            lines += [SCENE.statement(self.cast[index])] * hold
+            previous = index
+        return lines[: self.k.frames]
+
+    def _needle_starts(self) -> list[int]:
+        """Evenly spread over ``needle_span``: the centres of n equal slices of it, in frames."""
+        lo, hi = self.k.needle_span
+        n, last = self.k.n_needles, self.k.frames - self.k.needle_frames
+        return [min(last, round((lo + (hi - lo) * (i + 0.5) / n) * self.k.frames)) for i in range(n)]
+
+    def _free_starts(self, taken: list[int]) -> list[int]:
+        """Distractor positions: random frames whose events do not overlap a needle's."""
+        width = self.k.needle_frames
+        free = [s for s in range(self.k.frames - width + 1) if all(abs(s - t) >= width for t in taken)]
+        chosen: list[int] = []
+        for s in self.rng.permutation(free):
+            if len(chosen) == self.k.n_distractors:
+                break
+            if all(abs(int(s) - c) >= width for c in chosen):
+                chosen.append(int(s))
+        return sorted(chosen)
+
+    def _place(self, start: int, line: str) -> None:
+        for f in range(start, start + self.k.needle_frames):
+            self.lines[f] = line
+
+    # -- questions ------------------------------------------------------------------------------------------------
+    def _asked_at(self, end: int) -> float | None:
+        """A streaming time stamp some way after frame ``end`` (None: asked after the stream)."""
+        if self.rng.random() >= self.k.streaming_fraction:
+            return None
+        delay = self.rng.uniform(*self.k.question_delay) * self.k.frames
+        frame = end + round(delay)
+        return frame / self.k.fps if frame < self.k.frames else None
+
+    def _add(self, task: str, question: str, prefix: str, answer: str, choices: list[str] | None,
+             first: int, end: int) -> None:
+        asked = self._asked_at(end)
+        options, gold = [], answer
+        if choices is not None:
+            order = self.rng.permutation(len(choices))
+            options = [f"{LETTERS[i]}. {choices[j]}" for i, j in enumerate(order)]
+            gold = LETTERS[int(np.argmax(order == 0))]
+        self.rows.append({
+            "video_id": self.video_id, "video_path": f"videos/{self.video_id}.mp4",
+            "question_id": f"{self.video_id}_q{len(self.rows)}", "task_type": task,
+            "format": "multiple_choice" if options else "short_answer",
+            "mode": "offline" if asked is None else "streaming",
+            "question": question, "answer_prefix": prefix, "options": options, "answer": gold,
+            "show_options": self.k.show_options,
+            "time_stamp": None if asked is None else _hms(asked), "duration": self.k.frames / self.k.fps,
+            "evidence": [_hms(first / self.k.fps), _hms(end / self.k.fps)],
+            "depth": _depth_bin(first / self.k.frames),
+        })
+
+    def _ask_needle(self, i: int, kind: NeedleKind, value: dict[str, str], start: int) -> None:
+        choices = None
+        if self.rng.random() < self.k.mc_fraction:
+            choices = [value["value"], *kind.other_values(value["value"], 3, self.rng)]
+        self._add(kind.name, kind.question.format(**value), kind.answer_prefix.format(**value), value["value"],
+                  choices, start, start + self.k.needle_frames)
+
+    def _ask_scene(self, j: int) -> None:
+        """The colour of a scene's object, asked about a place seen exactly once (so the evidence is one span)."""
+        counts = np.bincount([c for c, _, _ in self.scene_spans], minlength=len(self.cast))
+        once = [s for s in self.scene_spans if counts[s[0]] == 1]
+        index, first, end = once[int(self.rng.integers(len(once)))] if once else self.scene_spans[0]
+        place = self.cast[index]
+        choices = None
+        if self.rng.random() < self.k.mc_fraction:
+            others = [c for c in COLOURS if c != place["colour"]]
+            choices = [place["colour"], *self.rng.choice(others, 3, replace=False).tolist()]
+        self._add("scene", SCENE.question.format(**place), SCENE.answer_prefix.format(**place), place["colour"],
+                  choices, first, end)
+
+
+def generate(folder: Path, knobs: Knobs, seed: int) -> Path:
+    """Write every video and ``annotations.json`` into ``folder`` (files replaced atomically); the annotations path."""
+    from infinipotv.models.symbolic import smollm2_tokenizer
+
+    tokenizer = smollm2_tokenizer()
+    newline = tokenizer("\n", add_special_tokens=False).input_ids
+    p = knobs.grid[0] * knobs.grid[1]
+    rows: list[dict[str, Any]] = []
+    for v in range(knobs.n_videos):
+        video = _Video(knobs, np.random.default_rng([seed, v]), f"symbolic_{v:03d}")
+        ids = {line: tokenizer(f" {line}", add_special_tokens=False).input_ids for line in set(video.lines)}
+        too_long = [line for line, x in ids.items() if len(x) + len(newline) > p]
+        if too_long:
+            raise ConfigError(f"benchmark.options.grid={list(knobs.grid)} holds {p} tokens per frame, too few for "
+                              f"{too_long[0]!r} and a newline: use at least [3, 4]")
+        padded = {line: x + newline * ((p - len(x)) // len(newline)) for line, x in ids.items()}
+        tokens = np.array([padded[line] for line in video.lines]).reshape(knobs.frames, *knobs.grid)
+        path = folder / "videos" / f"{video.video_id}.mp4"
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.mp4")
+        write_video(tmp, glyphs.encode(tokens, knobs.patch), knobs.fps, lossless=True)
+        tmp.replace(path)
+        rows += video.rows
+    annotations = folder / "annotations.json"
+    tmp = annotations.with_name(f".annotations.{os.getpid()}.json")
+    tmp.write_text(json.dumps(rows, indent=1))
+    tmp.replace(annotations)
+    (folder / "generator.json").write_text(json.dumps({"version": VERSION, "seed": seed, **knobs.__dict__},
+                                                      indent=1, default=list))
+    return annotations
+
+
+@register
+class Symbolic(AnnotatedBenchmark):
+    """Generated on first use under ``{root}/s{seed}-{hash of the knobs}/``; ``benchmark.annotations`` may point
+    at an existing ``annotations.json`` instead (its videos next to it)."""
+
+    name = "symbolic"
+    streaming = True
+    id_field = "question_id"
+    video_field = "video_id"
+    category_fields = {"task_type": "task_type", "format": "format", "mode": "mode", "depth": "depth"}
+
+    def __init__(self, cfg: BenchmarkConfig) -> None:
+        super().__init__(cfg)
+        self.knobs = Knobs.from_options(dict(cfg.options))
+
+    @property
+    def folder(self) -> Path:
+        """Where this seed and these knobs are generated."""
+        return self.root / f"s{self.cfg.seed}-{self.knobs.tag}"
+
+    @property
+    def annotations(self) -> Path:
+        return Path(self.cfg.annotations) if self.cfg.annotations else self.folder / "annotations.json"
+
+    def load(self) -> list[VideoSample]:
+        if not self.cfg.annotations and not self.annotations.is_file():
+            generate(self.folder, self.knobs, self.cfg.seed)
+        return super().load()
+
+    def row(self, row: dict[str, Any]) -> tuple[str, Path, Question]:
+        options = options_from_list(row["options"]) if row["options"] else {}
+        gold = str(row["answer"]).strip()
+        if options and gold not in options:
+            raise ValueError(f"answer {gold!r} is not one of the options {''.join(options)}")
+        shown = options and row.get("show_options", False)
+        listed = f"Options: {' '.join(f'{k}. {v}' for k, v in options.items())}\n" if shown else ""
+        prompt = f"Question: {row['question']}\n{listed}Answer: {row['answer_prefix']}"
+        asked = hms_seconds(row["time_stamp"]) if row["time_stamp"] else float(row["duration"])
+        question = Question(qid=str(row["question_id"]), prompt=prompt, gold=gold if options else normalize(gold),
+                            options=options, categories=self.categories(row), time_s=asked,
+                            max_new_tokens=MAX_NEW_TOKENS)
+        return str(row["video_id"]), self.annotations.parent / row["video_path"], question
+
+    def parse(self, output: str, question: Question) -> str | None:
+        if question.options:
+            return choose(output, question.options)
+        return normalize(output) or None
+
+
+def normalize(text: str) -> str:
+    """A short answer's normal form: its first word, lower case, without punctuation ("  4817." -> "4817")."""
+    found = re.match(r"\s*([\w']+)", text)
+    return found.group(1).lower().strip("'") if found else ""
+
+
+def choose(output: str, options: dict[str, str]) -> str | None:
+    """The option the completion names: the earliest option text on its first line (the model continues the answer
+    prefix, e.g. " red kettle."), else a bare letter answer ("B", "(B)", "B. ...")."""
+    line = output.strip().splitlines()[0].lower() if output.strip() else ""
+    hits = [(m.start(), letter) for letter, text in options.items()
+            if (m := re.search(rf"(?<!\w){re.escape(text.lower())}(?!\w)", line))]
+    if hits:
+        return min(hits)[1]
+    letter = re.match(rf"\s*\(?([{''.join(options)}])(?:[.):]|\s*$)", output)
+    return letter.group(1) if letter else None

@@ -1,0 +1,111 @@
+"""What the symbolic videos say: scene lines, needle kinds with their questions, and their distractor lures.
+
+Every line is short enough for one frame of 12 tokens (the default 3 x 4 glyph grid) with its newline. A needle's
+question ends with an answer prefix that repeats the start of its line ("The secret code is"), so answering is
+reading the memory, not reasoning. A kind's lures go from unrelated (similarity 0) through the same kind of value
+in another sentence (0.5) to a near-copy of the needle's sentence (1), which shares the answer prefix's last words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+PLACES = ("kitchen", "garden", "garage", "office", "beach", "library", "station", "forest", "bakery", "harbor",
+          "museum", "stadium", "market", "hospital", "theater", "airport")
+OBJECTS = ("kettle", "bench", "truck", "lamp", "boat", "sofa", "piano", "tent", "clock", "ladder", "bicycle",
+           "guitar", "mirror", "basket", "statue", "carpet")
+COLOURS = ("red", "blue", "green", "yellow", "white", "black", "brown", "orange")
+NAMES = ("Clara", "Oliver", "Maya", "Lucas", "Sofia", "Daniel", "Emma", "Noah", "Alice", "Henry", "Julia", "Oscar")
+ITEMS = ("apples", "books", "cups", "candles", "boxes", "plates", "keys", "coins")
+
+Value = dict[str, str]
+
+
+def _code(rng: np.random.Generator) -> Value:
+    return {"value": str(int(rng.integers(1000, 10000)))}
+
+
+def _pick(pool: tuple[str, ...]) -> Callable[[np.random.Generator], Value]:
+    return lambda rng: {"value": str(rng.choice(pool))}
+
+
+def _count(rng: np.random.Generator) -> Value:
+    return {"value": str(int(rng.integers(2, 10))), "item": str(rng.choice(ITEMS))}
+
+
+def _age(rng: np.random.Generator) -> Value:
+    return {"value": str(int(rng.integers(21, 100)))}
+
+
+def _hour(rng: np.random.Generator) -> Value:
+    return {"value": str(int(rng.integers(1, 13)))}
+
+
+@dataclass(frozen=True)
+class NeedleKind:
+    """One kind of needle event: its line, its question and answer prefix, its values and its lures."""
+
+    name: str
+    template: str
+    question: str
+    answer_prefix: str
+    draw: Callable[[np.random.Generator], Value]
+    lures: tuple[str, str, str]  # least to most similar to the needle's line
+
+    def statement(self, value: Value) -> str:
+        return self.template.format(**value)
+
+    def other_values(self, value: str, n: int, rng: np.random.Generator) -> list[str]:
+        """``n`` distinct values of this kind, none equal to ``value`` (wrong options, lure values)."""
+        found: list[str] = []
+        while len(found) < n:
+            candidate = self.draw(rng)["value"]
+            if candidate != value and candidate not in found:
+                found.append(candidate)
+        return found
+
+    def lure(self, similarity: float, rng: np.random.Generator) -> str:
+        """A distractor line at ``similarity`` in [0, 1]: between two of the three levels, the upper one with the
+        probability of the fractional part (0.25 = unrelated or same kind of value, half and half)."""
+        position = similarity * (len(self.lures) - 1)
+        level = int(position) + int(rng.random() < position - int(position))
+        return self.lures[level].format(**self.draw(rng))
+
+
+KINDS = (
+    NeedleKind("code", "The secret code is {value}.", "What is the secret code?", "The secret code is", _code,
+               ("A bird flies past the window.", "The room number is {value}.", "The old code is {value}.")),
+    NeedleKind("name", "The visitor's name is {value}.", "What is the visitor's name?", "The visitor's name is",
+               _pick(NAMES), ("A phone rings in the hall.", "The cook's name is {value}.", "The visitor's dog is {value}.")),
+    NeedleKind("count", "The table holds {value} {item}.", "How many {item} does the table hold?", "The table holds",
+               _count, ("Rain taps on the glass.", "The shelf holds {value} {item}.", "The table held {value} {item}.")),
+    NeedleKind("hour", "The train leaves at {value} o'clock.", "When does the train leave?", "The train leaves at",
+               _hour, ("A dog barks outside.", "The bus leaves at {value} o'clock.", "The train left at {value} o'clock.")),
+    NeedleKind("age", "The old sailor is {value} years old.", "How old is the old sailor?", "The old sailor is",
+               _age, ("The lights flicker.", "The young cook is {value} years old.", "The old sailor was {value} years old.")),
+)
+
+
+@dataclass(frozen=True)
+class SceneLine:
+    """A held scene: a place with one coloured object; the question asks the object's colour."""
+
+    template: str = "In the {place} the {object} is {colour}."
+    question: str = "What colour is the {object} in the {place}?"
+    answer_prefix: str = "In the {place} the {object} is"
+
+    def statement(self, cast: dict[str, str]) -> str:
+        return self.template.format(**cast)
+
+
+SCENE = SceneLine()
+
+
+def scene_cast(rng: np.random.Generator) -> list[dict[str, str]]:
+    """Every place with its own object (distinct across places) and a colour: how each place looks in one video."""
+    objects = rng.permutation(OBJECTS)
+    return [{"place": place, "object": str(obj), "colour": str(rng.choice(COLOURS))}
+            for place, obj in zip(rng.permutation(PLACES), objects)]

@@ -1,0 +1,52 @@
+"""Every bench script runs end to end at tiny sizes (``--smoke``) and leaves its JSON and the report: the scripts
+cannot rot. Performance itself is never asserted here; the benches measure it side by side in one run."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPTS = ("kivi_throughput", "memory", "overhead", "ttft", "encode_counts", "gpu_table_a4")
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """The scripts set torch's thread count (--threads): give the other tests theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_bench_script_runs_in_smoke_mode(name: str, tmp_path: Path) -> None:
+    module = importlib.import_module(f"bench.{name}")
+    module.main(["--smoke", "--threads", "1", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / f"{name}.json").read_text())
+    assert result["bench"] == name and result["smoke"] is True
+    report = (tmp_path / "report.md").read_text()
+    assert "Smoke run" in report and "Not run yet" in report  # this section filled, the others pending
+    for figure in (line.split("](")[1].rstrip(")") for line in report.splitlines() if line.startswith("![")):
+        assert (tmp_path / figure).stat().st_size > 0
+
+
+def test_memory_smoke_checks_the_claims_on_its_data(tmp_path: Path) -> None:
+    """The flatness and byte-accounting checks are computed from the recorded steps, for every configuration."""
+    data = importlib.import_module("bench.memory").main(["--smoke", "--threads", "1", "--out", str(tmp_path)])
+    runs = {(r["policy"], r["quant"]): r for r in data["runs"]}
+    assert set(runs) == {(p, q) for p in ("full", "tar_van_pool") for q in ("fp16", "int4")}
+    for (policy, _), run in runs.items():
+        assert [c["multiple"] for c in run["checkpoints"]] == [1.0, 4.0, 16.0]
+        grows = run["checkpoints"][-1]["peak_cache_bytes"] > 2 * run["checkpoints"][0]["peak_cache_bytes"]
+        assert grows == (policy == "full")
+    assert "analytic" in runs[("full", "int4")] and "analytic" not in runs[("full", "fp16")]
+
+
+def test_report_renders_with_no_results(tmp_path: Path) -> None:
+    from bench.report import SECTIONS, render
+
+    text = render(tmp_path).read_text()
+    assert text.count("Not run yet") == len(SECTIONS)

@@ -1,0 +1,89 @@
+"""The symbolic benchmark's generator: seeded and deterministic, its knobs do what they say, bad knobs fail clearly;
+short answers and option choices are read from the completion."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from infinipotv.config import BenchmarkConfig, ConfigError
+from infinipotv.data.loading import hms_seconds
+from infinipotv.data.symbolic import Symbolic, choose, normalize
+from infinipotv.data.video import sample_rate
+
+SMALL = {"n_videos": 2, "frames": 64, "scene_frames": 8}
+
+
+def bench(root, seed=0, **options) -> Symbolic:
+    return Symbolic(BenchmarkConfig(name="symbolic", root=str(root), seed=seed, options={**SMALL, **options}))
+
+
+def snapshot(b: Symbolic) -> tuple[list, list[np.ndarray]]:
+    samples = list(b.samples())
+    questions = [(q.qid, q.prompt, q.gold, q.options, q.categories, q.time_s) for s in samples for q in s.questions]
+    return questions, [sample_rate(s.path, 2.0)[0] for s in samples]
+
+
+def test_same_seed_gives_the_same_files_and_questions(tmp_path):
+    first, second = bench(tmp_path / "a"), bench(tmp_path / "b")
+    (q1, frames1), (q2, frames2) = snapshot(first), snapshot(second)
+    assert q1 == q2 and all(np.array_equal(x, y) for x, y in zip(frames1, frames2))
+    assert first.annotations.read_bytes() == second.annotations.read_bytes()
+    assert sorted(p.name for p in first.folder.rglob("*")) == sorted(p.name for p in second.folder.rglob("*"))
+    q3, frames3 = snapshot(bench(tmp_path / "a", seed=1))
+    assert q3 != q1 and not np.array_equal(frames3[0], frames1[0])
+
+
+def test_a_generated_folder_is_reused_and_a_changed_knob_gets_its_own(tmp_path):
+    b = bench(tmp_path)
+    list(b.samples())
+    stamp = b.annotations.stat().st_mtime_ns
+    assert bench(tmp_path).annotations.stat().st_mtime_ns == stamp
+    other = bench(tmp_path, frames=48)
+    list(other.samples())
+    assert other.folder != b.folder and b.annotations.stat().st_mtime_ns == stamp
+
+
+def test_needles_sit_where_the_knobs_put_them_and_streaming_questions_come_after(tmp_path):
+    b = bench(tmp_path, n_videos=3, n_needles=4, needle_span=[0.2, 0.4], streaming_fraction=1.0,
+              question_delay=[0.1, 0.2], scene_questions=0)
+    rows = json.loads(b.annotations.read_text()) if list(b.samples()) else []
+    duration = 64 / 2
+    assert len(rows) == 3 * 4 and len({r["task_type"] for r in rows if r["video_id"] == rows[0]["video_id"]}) == 4
+    for r in rows:
+        start = hms_seconds(r["evidence"][0])
+        assert 0.2 * duration <= start <= 0.4 * duration
+        assert r["mode"] == "streaming" and start < hms_seconds(r["time_stamp"]) <= start + 0.2 * duration + 1
+
+
+def test_the_mix_of_formats_and_modes_follows_the_knobs(tmp_path):
+    rows = [q for s in bench(tmp_path, mc_fraction=0.0, streaming_fraction=0.0).samples() for q in s.questions]
+    assert {q.categories["format"] for q in rows} == {"short_answer"}
+    assert {q.categories["mode"] for q in rows} == {"offline"} and all(q.time_s == 32.0 for q in rows)
+    mc = [q for s in bench(tmp_path, mc_fraction=1.0).samples() for q in s.questions]
+    assert all(q.options and q.gold in "ABCD" and "Options:" not in q.prompt for q in mc)
+    shown = [q for s in bench(tmp_path, mc_fraction=1.0, show_options=True).samples() for q in s.questions]
+    assert all("Options: A. " in q.prompt for q in shown)
+
+
+@pytest.mark.parametrize(("options", "needle"), [
+    ({"n_needles": 9}, "n_needles"),
+    ({"distractor_similarity": 1.5}, "distractor_similarity"),
+    ({"needle_span": [0.7, 0.2]}, "needle_span"),
+    ({"frames": 4}, "frames"),
+    ({"colour": "red"}, "unknown keys"),
+    ({"grid": [2, 2]}, "grid"),
+])
+def test_bad_knobs_fail_with_the_option_named(tmp_path, options, needle):
+    with pytest.raises(ConfigError, match=needle):
+        list(bench(tmp_path, **options).samples())
+
+
+def test_short_answers_and_choices_are_read_from_the_completion():
+    assert normalize(" 4817.\n\nThe answer") == "4817" and normalize("Clara's") == "clara's" and normalize("") == ""
+    options = {"A": "red", "B": "blue", "C": "green", "D": "black"}
+    assert choose(" blue.\n\nThe answer is red", options) == "B"
+    assert choose(" a green or red bench", options) == "C"
+    assert choose("(D)", options) == "D" and choose(" purple", options) is None
