@@ -17,6 +17,7 @@ from infinipotv.config import ConfigError, register_configs
 from infinipotv.factory import as_run_config, validate
 from infinipotv.job import run_job, summary
 from infinipotv.models import MissingWeightsError
+from infinipotv.models.loading import check_weights
 
 register_configs()
 
@@ -25,6 +26,7 @@ register_configs()
 def main(dcfg: DictConfig) -> dict:
     cfg = as_run_config(dcfg)
     try:
+        check_weights(cfg.model)  # the first thing a missing checkpoint should hear about
         validate(cfg)
         run_dir = Path(cfg.run_dir or HydraConfig.get().runtime.output_dir)
         metrics = run_job(cfg, run_dir)

@@ -51,6 +51,12 @@ def resolve_checkpoint(checkpoint: str) -> str:
     )
 
 
+def check_weights(cfg: ModelConfig) -> None:
+    """Fail in a second when a named checkpoint is not on this machine (tiny and built-in models need none)."""
+    if not cfg.tiny and cfg.checkpoint:
+        resolve_checkpoint(cfg.checkpoint)
+
+
 def load_pretrained(
     cfg: ModelConfig,
     model_cls: type[PreTrainedModel],
