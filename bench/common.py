@@ -29,7 +29,7 @@ from infinipotv.config import ModelConfig, QuantConfig
 from infinipotv.kv import make_store_factory
 from infinipotv.models import ADAPTERS, ModelAdapter, glyphs
 from infinipotv.provenance import git_sha, now
-from infinipotv.stream.session import StreamingSession
+from infinipotv.stream.session import ByteCap, StreamingSession
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "perf"
@@ -74,11 +74,14 @@ def quant_config(name: str, **overrides: Any) -> QuantConfig:
 
 
 def session(adapter: ModelAdapter, policy: str, quant: QuantConfig, budget: int, c_ratio: float = PAPER_C_RATIO,
-            **policy_kw: Any) -> StreamingSession:
-    """A streaming session as the job builds it; ``full`` gets no budget (it never evicts)."""
-    make_store, _ = make_store_factory(quant, adapter.dtype)
+            in_bytes: bool = False, **policy_kw: Any) -> StreamingSession:
+    """A streaming session as the job builds it; ``full`` gets no budget (it never evicts). ``in_bytes``: the
+    budget is held in bytes too, as with ``compress.budget_mib`` (the formula's bytes for ``budget`` tokens)."""
+    make_store, storage = make_store_factory(quant, adapter.dtype)
     pol = build(policy, **policy_kw)
-    return StreamingSession(adapter, pol, budget if pol.evicts else None, c_ratio, make_store)
+    shape = (adapter.n_layers, adapter.n_kv_heads, adapter.head_dim)
+    cap = ByteCap.of(budget, c_ratio, len(adapter.prefix_ids()), shape, storage) if in_bytes and pol.evicts else None
+    return StreamingSession(adapter, pol, budget if pol.evicts else None, c_ratio, make_store, byte_cap=cap)
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def run_counted(overrides: list[str], run_dir: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(parser(__doc__.splitlines()[0]), argv)
     register_configs()
-    model, frames = ("tiny_qwen2vl", 32) if args.smoke else ("symbolic", 128)
+    model, frames = ("tiny_qwen2vl", 64) if args.smoke else ("symbolic", 128)
     cases = {}
     with tempfile.TemporaryDirectory() as tmp:
         for bench_name in ("symbolic", "symbolic_offline"):

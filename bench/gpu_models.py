@@ -74,7 +74,8 @@ def junit_summary(path: Path) -> dict:
 
 def run_dtype(device: str, dtype: str, out: Path) -> dict:
     """pytest tests/models, then the measurements, in fresh processes (the test helpers read the env at import)."""
-    env = {**os.environ, "INFINIPOTV_DEVICE": device, "INFINIPOTV_DTYPE": dtype, "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # keep packages put on it
+    env = {**os.environ, "INFINIPOTV_DEVICE": device, "INFINIPOTV_DTYPE": dtype, "PYTHONPATH": path}
     junit = out / f"junit_{dtype}.xml"
     with (out / f"pytest_{dtype}.log").open("w") as log:
         subprocess.run([sys.executable, "-m", "pytest", "tests/models", "-q", "-p", "no:cacheprovider",

@@ -29,7 +29,9 @@ import torch
 from bench.common import ROOT, load_model, parse, parser, write_result
 from bench.streams import StreamSpec, run_stream, warm_up
 
-CONFIGS = tuple((policy, quant) for quant in ("fp16", "int4") for policy in ("full", "tar_van_pool"))
+PAIRS = tuple((policy, quant) for quant in ("fp16", "int4") for policy in ("full", "tar_van_pool"))
+# (policy, storage, budget held in bytes too): the last row is int4 under compress.budget_mib's byte cap
+CONFIGS = tuple((policy, quant, False) for policy, quant in PAIRS) + (("tar_van_pool", "int4", True),)
 MULTIPLES = (1.0, 4.0, 16.0)
 CACHE_SHAPE = {"options.num_layers": 4, "options.hidden_size": 256, "options.num_heads": 2, "options.num_kv_heads": 2}
 # |M| = 8 chunks and |M| - |C| = 2 chunks: every pass starts from exactly |M| tokens, so peaks compare across passes.
@@ -40,19 +42,21 @@ SMOKE_SPEC = StreamSpec("tiny_qwen2vl", frame_hw=(112, 112), chunk_frames=2, bud
 FLAT_TOLERANCE = 0.02
 
 
-def measure(spec: StreamSpec, policy: str, quant: str) -> dict[str, Any]:
+def measure(spec: StreamSpec, policy: str, quant: str, in_bytes: bool) -> dict[str, Any]:
     """One configuration, streamed to the largest multiple of the budget."""
     adapter = load_model(spec.model, **spec.overrides)
     warm_up(adapter, spec, policy, quant)
-    result = run_stream(adapter, spec, policy, quant, int(max(MULTIPLES) * spec.budget), checkpoints=MULTIPLES)
+    result = run_stream(adapter, spec, policy, quant, int(max(MULTIPLES) * spec.budget), checkpoints=MULTIPLES,
+                        in_bytes=in_bytes)
     result["model_shape"] = {"layers": adapter.n_layers, "kv_heads": adapter.n_kv_heads, "head_dim": adapter.head_dim}
     return result
 
 
-def _in_subprocess(spec: StreamSpec, policy: str, quant: str, threads: int) -> dict[str, Any]:
+def _in_subprocess(spec: StreamSpec, policy: str, quant: str, in_bytes: bool, threads: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         job, out = Path(tmp) / "job.json", Path(tmp) / "result.json"
-        job.write_text(json.dumps({"spec": spec.describe(), "policy": policy, "quant": quant, "threads": threads}))
+        job.write_text(json.dumps({"spec": spec.describe(), "policy": policy, "quant": quant, "in_bytes": in_bytes,
+                                   "threads": threads}))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         done = subprocess.run([sys.executable, "-m", "bench.memory", "--worker", str(job), str(out)], cwd=ROOT,
                               env=env, capture_output=True, text=True)
@@ -86,6 +90,23 @@ def analytic_match(result: dict[str, Any]) -> dict[str, Any]:
             "within_2pct": all(abs(r - 1) <= FLAT_TOLERANCE for r in ratios.values())}
 
 
+def cap_match(result: dict[str, Any]) -> dict[str, Any]:
+    """Under a byte budget, per stretch of the stream (up to 1x, then to each next checkpoint): the cache's largest
+    bytes after a step over the formula's bytes for |M| (the cap, what ``compress.budget_mib`` buys), and the most
+    video tokens it held against |M| (fewer when thinned key groups cost more than the formula)."""
+    cap, budget, steps = result["byte_cap"], result["budget"], result["steps"]
+    ends = [c["streamed_tokens"] for c in result["checkpoints"]]
+    # the steps of each stretch of the stream: up to the first checkpoint, then between consecutive ones
+    stretches = {c["multiple"]: [s for s in steps if lo < s["streamed_tokens"] <= hi]
+                 for c, lo, hi in zip(result["checkpoints"], [0] + ends, ends)}
+    return {
+        "after_step_ratios": {m: max(s["cache_bytes"] for s in part) / cap for m, part in stretches.items()},
+        "tokens_held_ratios": {m: max(s["video_tokens"] for s in part) / budget for m, part in stretches.items()},
+        "extra_passes": sum(1 for s in result["steps"] if s["passes"] > 1),
+        "within_cap": all(s["cache_bytes"] <= cap for s in result["steps"]),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     if argv is None:
         argv = sys.argv[1:]
@@ -93,21 +114,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         job = json.loads(Path(argv[1]).read_text())
         torch.set_num_threads(job["threads"])
         spec = StreamSpec(**{**job["spec"], "frame_hw": tuple(job["spec"]["frame_hw"])})
-        Path(argv[2]).write_text(json.dumps(measure(spec, job["policy"], job["quant"])))
+        Path(argv[2]).write_text(json.dumps(measure(spec, job["policy"], job["quant"], job["in_bytes"])))
         return {}
     p: argparse.ArgumentParser = parser(__doc__.splitlines()[0])
     args = parse(p, argv)
     spec = SMOKE_SPEC if args.smoke else SPEC
     runs = []
-    for policy, quant in CONFIGS:
+    for policy, quant, in_bytes in CONFIGS:
         # the smoke run stays in-process (seconds); measurements each get a fresh process
-        result = measure(spec, policy, quant) if args.smoke else _in_subprocess(spec, policy, quant, args.threads)
+        result = (measure(spec, policy, quant, in_bytes) if args.smoke
+                  else _in_subprocess(spec, policy, quant, in_bytes, args.threads))
         result["flatness"] = flatness(result)
         if quant != "fp16":
             result["analytic"] = analytic_match(result)
+        if in_bytes:
+            result["cap"] = cap_match(result)
         runs.append(result)
         f = result["flatness"]
-        print(f"{policy:13s} {quant:5s} peak 16x/1x {f['peak_ratio']:.4f}  cache 16x/1x {f['cache_peak_ratio']:.3f}",
+        print(f"{policy:13s} {quant:5s} {'bytes' if in_bytes else 'tokens':6s} peak 16x/1x {f['peak_ratio']:.4f}  cache 16x/1x {f['cache_peak_ratio']:.3f}",
               flush=True)
     data = {"spec": spec.describe(), "multiples": MULTIPLES, "tolerance": FLAT_TOLERANCE, "runs": runs}
     write_result(args.out, "memory", data, args.smoke, torch.device(runs[0]["device"]))

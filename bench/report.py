@@ -38,7 +38,9 @@ def _header(data: dict[str, Any]) -> str:
     env = data["environment"]
     where = env.get("gpu") or f"{env['machine']} CPU, {env['cpu_threads']} torch thread(s) of {env['cpus']} cores"
     smoke = " **Smoke run: sizes too small for the numbers to mean anything.**" if data["smoke"] else ""
-    return f"_{where}; torch {env['torch']}; {env['date']}; code {env['git_sha'][:12]}._{smoke}"
+    sha, dirty, _ = env["git_sha"].partition("-dirty")
+    code = sha[:12] + (" with uncommitted changes" if dirty else "")
+    return f"_{where}; torch {env['torch']}; {env['date']}; code {code}._{smoke}"
 
 
 def _shape(shape: dict[str, int]) -> str:
@@ -46,7 +48,8 @@ def _shape(shape: dict[str, int]) -> str:
 
 
 def _label(run: dict[str, Any]) -> str:
-    return f"{run['policy']} / {run['quant']}"
+    held = " (budget in bytes)" if run.get("budget_in") == "bytes" else ""
+    return f"{run['policy']} / {run['quant']}{held}"
 
 
 def _save(fig: Any, out: Path, name: str) -> str:
@@ -80,6 +83,19 @@ def memory_section(data: dict[str, Any], out: Path) -> list[str]:
                if analytic else "n/a")
         lines.append(f"| {_label(run)} | {peaks} | {f['peak_ratio']:.4f} | {f['cache_peak_ratio']:.3f} | {flat} | "
                      f"{acc} |")
+    for run in (r for r in runs if r.get("cap")):
+        cap = run["cap"]
+        at = ", ".join(f"{m:g}x" for m in data["multiples"])
+        lines += [
+            "", f"**{_label(run)}** (`compress.budget_mib`: the formula's bytes for |M| are a cap on the bytes the "
+            "cache really holds; a pass that leaves more than the formula's bytes for |C| keeps fewer tokens): "
+            f"largest cache bytes after a step / cap, up to {at}: "
+            + " / ".join(f"{r:.3f}" for r in cap["after_step_ratios"].values())
+            + f" ({_mark(cap['within_cap'])}: never above the cap after a step); most video tokens held / |M|, up to {at}: "
+            + " / ".join(f"{r:.3f}" for r in cap["tokens_held_ratios"].values())
+            + f"; steps that needed further passes: {cap['extra_passes']}. At equal bytes, int4 holds that share "
+            "of the tokens the full-group formula promises once eviction has thinned its key groups.",
+        ]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for run in runs:
         x = [s["streamed_tokens"] / run["budget"] for s in run["steps"]]

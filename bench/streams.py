@@ -60,11 +60,13 @@ def run_stream(
     checkpoints: tuple[float, ...] = (),
     answer_tokens: int = 0,
     probe: bool = True,
+    in_bytes: bool = False,
 ) -> dict[str, Any]:
     """Stream until ``n_tokens`` vision tokens went in; per-step records, and at each checkpoint (a multiple of the
     budget, reached when the streamed tokens first reach it) the running peak and, with ``answer_tokens`` > 0, the
-    time to the first answer token and to a whole answer of that many tokens."""
-    sess = session(adapter, policy, spec.quant(quant), spec.budget, spec.c_ratio)
+    time to the first answer token and to a whole answer of that many tokens. ``in_bytes``: the budget is also held
+    in bytes (``compress.budget_mib``'s behaviour)."""
+    sess = session(adapter, policy, spec.quant(quant), spec.budget, spec.c_ratio, in_bytes=in_bytes)
     device = adapter.device
     peak = PeakProbe(device)
     if probe:
@@ -94,13 +96,16 @@ def run_stream(
             "peak_bytes": trace.peak_memory_bytes, "current_bytes": peak.current(),
             "seconds": seconds, "encode_seconds": trace.encode_seconds,
             "compress_seconds": trace.compress.seconds if trace.compress else 0.0, "pass": trace.compress is not None,
+            "passes": trace.compress.passes if trace.compress else 0,
         })
         while pending and sess.vision_tokens >= pending[0] * spec.budget:
             marks.append(_checkpoint(sess, pending.pop(0), steps, peak, answer_tokens))
         if sess.vision_tokens >= n_tokens:
             break
+    cap = sess.byte_cap
     return {
         "policy": policy, "quant": quant, "device": str(device), "budget": spec.budget, "c_ratio": spec.c_ratio,
+        "budget_in": "bytes" if cap else "tokens", "byte_cap": cap.cap if cap else None,
         "tokens_per_frame": sess.grid[0] * sess.grid[1], "prefix_tokens": sess.prefix_len,
         "peak_method": peak.method, "baseline_bytes": baseline, "steps": steps, "checkpoints": marks,
         "totals": totals(steps),

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from bench.common import load_model, parse, parser, write_result
-from bench.memory import CONFIGS, MULTIPLES, SMOKE_SPEC, SPEC
+from bench.memory import MULTIPLES, PAIRS, SMOKE_SPEC, SPEC
 from bench.streams import run_stream, warm_up
 
 ANSWER_TOKENS = 16
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     spec = SMOKE_SPEC if args.smoke else SPEC
     adapter = load_model(spec.model, **spec.overrides)
     runs = []
-    for policy, quant in CONFIGS:
+    for policy, quant in PAIRS:
         warm_up(adapter, spec, policy, quant)
         result = run_stream(adapter, spec, policy, quant, int(max(MULTIPLES) * spec.budget), checkpoints=MULTIPLES,
                             answer_tokens=ANSWER_TOKENS, probe=False)

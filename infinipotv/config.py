@@ -71,7 +71,9 @@ class CompressConfig:
 
     name: str = "full"
     budget: Optional[int] = None  # |M| in vision tokens per layer per KV head; None = never compress
-    budget_mib: Optional[float] = None  # KV memory of the whole cache (all layers, prefix included) instead of |M|
+    # KV memory of the whole cache (all layers, prefix included) instead of |M|: converted to |M| tokens for the
+    # storage, and held as a cap on the bytes the cache really occupies (KIVI's thinned key groups cost more)
+    budget_mib: Optional[float] = None
     c_ratio: float = 0.75  # |C| = c_ratio * |M|
     alpha: float = 0.5
     r_ratio: float = 0.125

@@ -17,6 +17,7 @@ from infinipotv.data import BENCHMARKS, Benchmark
 from infinipotv.kv import cache_bytes, make_store_factory, tokens_for_bytes
 from infinipotv.kv.store import KVStore
 from infinipotv.models import ADAPTERS, ModelAdapter
+from infinipotv.stream.session import ByteCap, StreamingSession
 
 QUANT_BITS = (2, 4, 8, 16)
 
@@ -108,6 +109,12 @@ class Parts:
     make_store: Callable[[], KVStore]
     budget: int | None
     budget_bytes: int | None
+    byte_cap: ByteCap | None  # set when the budget was given in bytes: held on the cache's measured bytes
+
+    def session(self, c_ratio: float, reference: bool = False) -> StreamingSession:
+        """The streaming session these parts make (the one way the job and the lmms-eval plugin build it)."""
+        return StreamingSession(self.adapter, self.policy, self.budget, c_ratio, self.make_store,
+                                reference=reference, byte_cap=self.byte_cap)
 
 
 def build_parts(cfg: RunConfig) -> Parts:
@@ -127,4 +134,7 @@ def build_parts(cfg: RunConfig) -> Parts:
             raise ConfigError(f"compress.budget_mib={cfg.compress.budget_mib} holds no video memory once the "
                               f"{prefix}-token prefix is stored: raise it")
     budget_bytes = None if budget is None else int(cache_bytes(budget + prefix, *shape, storage))
-    return Parts(adapter, policy, make_store, budget, budget_bytes)
+    byte_cap = None
+    if cfg.compress.budget_mib is not None:
+        byte_cap = ByteCap.of(budget, cfg.compress.c_ratio, prefix, shape, storage)
+    return Parts(adapter, policy, make_store, budget, budget_bytes, byte_cap)

@@ -126,6 +126,8 @@ def _metrics(bench: Benchmark, records: list[dict], cfg: RunConfig, parts_info: 
         "memory": {
             "peak_cache_tokens": max((s["total_tokens"] for s in steps), default=0),
             "peak_video_tokens": max((s["video_tokens"] for s in steps), default=0),
+            # what the memory held on average after a step: under a byte cap, int4 holds fewer tokens than |M| says
+            "mean_video_tokens": float(np.mean([s["video_tokens"] for s in steps])) if steps else 0.0,
             "peak_cache_bytes": max((s["cache_bytes"] for s in steps), default=0),
             "peak_memory_bytes": max((s["peak_memory_bytes"] for s in steps), default=0),
             "frames": sum(max(s["frames_seen"] for s in steps if s["video_id"] == v) for v in {s["video_id"] for s in steps}),
@@ -135,6 +137,7 @@ def _metrics(bench: Benchmark, records: list[dict], cfg: RunConfig, parts_info: 
             "encode_seconds": sum(s["encode_seconds"] for s in steps),
             "compress_seconds": sum(p["seconds"] for p in passes),
             "compress_passes": len(passes),
+            "byte_cap_passes": sum(p.get("passes", 1) - 1 for p in passes),  # further passes a byte cap asked for
         },
     }
     if refs:
@@ -179,8 +182,7 @@ def run_job(cfg: RunConfig, run_dir: Path) -> dict:
                 continue
             if parts is None:
                 parts = build_parts(cfg)
-                session = StreamingSession(parts.adapter, parts.policy, parts.budget, cfg.compress.c_ratio,
-                                           parts.make_store, reference=cfg.eval.reference.value == "full")
+                session = parts.session(cfg.compress.c_ratio, reference=cfg.eval.reference.value == "full")
             try:
                 _stream(session, sample, todo, cfg, bench, out, memory)
             except VideoError as err:

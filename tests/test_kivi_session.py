@@ -9,14 +9,11 @@ import pytest
 from tests.helpers import lines, run_py
 
 
-PARTIAL_GROUPS = pytest.mark.xfail(
-    strict=True,
-    reason="known: after repeated passes, key groups with few survivors keep their scale/zero rows, so the int4 cache "
-           "grows past the full-group formula the byte budget is converted with (results/perf/report.md, section 1)")
-
-
-@pytest.mark.parametrize("quant", [pytest.param("int4", marks=PARTIAL_GROUPS), "int2"])
+@pytest.mark.parametrize("quant", ["int4", "int2", "fp16"])
 def test_cache_bytes_stay_under_the_byte_budget(tmp_path, quant):
+    """Under KIVI, eviction leaves key groups partial (their scale/zero rows stay), so |M| tokens can cost more than
+    the formula that converted the budget: the session then keeps fewer tokens (further passes), never more bytes.
+    Full precision costs exactly the formula: its passes always keep |C|."""
     run = tmp_path / quant
     out = run_py(
         "model=tiny_qwen2vl", "model.max_frames=400", "compress=tar_van_pool", "compress.budget=null",
@@ -32,4 +29,10 @@ def test_cache_bytes_stay_under_the_byte_budget(tmp_path, quant):
     assert metrics["budget_bytes"] <= 0.1 * 2**20
     assert all(s["cache_bytes"] <= metrics["budget_bytes"] for s in steps)
     assert all(s["cache_bytes"] == sum(s["cache_bytes_by_part"].values()) == sum(s["layer_bytes"]) for s in steps)
-    assert {"key_codes", "value_codes", "residual"} <= set(steps[-1]["cache_bytes_by_part"])
+    if quant != "fp16":
+        assert {"key_codes", "value_codes", "residual"} <= set(steps[-1]["cache_bytes_by_part"])
+    extra = [s["compress"]["passes"] > 1 for s in passes]
+    if quant == "fp16":
+        assert not any(extra)
+    if quant == "int4":  # this stream thins int4 key groups past the formula (0.3% over before the cap existed)
+        assert any(extra)

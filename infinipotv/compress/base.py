@@ -32,6 +32,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 P = TypeVar("P", bound=type["Policy"])
+LOW_PRECISION = (torch.float16, torch.bfloat16, torch.float32)  # what a ``reads_any_float`` policy may be given
 
 
 def register(name: str) -> Callable[[P], P]:
@@ -95,6 +96,9 @@ class Policy:
 
     name: ClassVar[str] = ""
     evicts: ClassVar[bool] = True  # False only for ``full``: the session never compresses with it
+    # True: keys/values reach keep()/score() in the store's dtype and the policy computes in fp32 itself (without
+    # an fp32 copy of a half-precision cache); False: they are converted to fp32 first.
+    reads_any_float: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -155,7 +159,9 @@ class Policy:
                 f"policy {self.name!r} never evicts: do not compress with it (n_keep={n_keep} < T={n_tokens})"
             )
         layout = FrameLayout(layout.token_ids.to(keys.device), layout.grid)
-        kept = self.keep(keys.float(), values.float(), layout, n_keep, layer, n_layers).long()
+        if not (self.reads_any_float and keys.dtype in LOW_PRECISION and values.dtype in LOW_PRECISION):
+            keys, values = keys.float(), values.float()
+        kept = self.keep(keys, values, layout, n_keep, layer, n_layers).long()
         if kept.shape != (heads, n_keep) or bool(((kept < 0) | (kept >= n_tokens)).any()):
             raise RuntimeError(f"policy {self.name!r} returned invalid indices of shape {tuple(kept.shape)}")
         return ascending(kept, n_tokens, self.name)

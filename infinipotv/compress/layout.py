@@ -88,6 +88,8 @@ class FrameCoords:
     def recent(self, r: int) -> torch.Tensor:
         """``[H, T]`` bool: the token belongs to one of the r newest frames (the newest chunk is whole at the end
         of every head, so the newest frames are the last ones of the dense grid)."""
+        if self.offset is not None:  # the same frames in every head: compare one row, expand it
+            return (self.frame[0] >= self.n_grid_frames - r).expand_as(self.frame)
         return self.frame >= self.n_grid_frames - r
 
     def to_grid(self, values: torch.Tensor) -> torch.Tensor:
@@ -105,9 +107,14 @@ def frame_coords(layout: FrameLayout, frame_view: str, n_tokens: int) -> FrameCo
     n_frames = math.ceil(n_tokens / p)
     ids = layout.token_ids
     if frame_view == "pseudo_frames":
+        # Token t sits in cell t + pad: frame (t + pad) // p, slot (t + pad) % p, the same in every head, built once
+        # for [T] by repeating aranges (no integer division) and expanded over the heads as a view.
         pad = n_frames * p - n_tokens
-        cell = (torch.arange(n_tokens, device=ids.device) + pad).expand(ids.shape[0], n_tokens)
-        return FrameCoords(cell // p, cell % p, n_frames, n_frames, layout.grid, offset=pad)
+        frame = torch.arange(n_frames, device=ids.device).repeat_interleave(p)[pad:]
+        slot = torch.arange(p, device=ids.device).repeat(n_frames)[pad:]
+        heads = ids.shape[0]
+        return FrameCoords(frame.expand(heads, n_tokens), slot.expand(heads, n_tokens), n_frames, n_frames,
+                           layout.grid, offset=pad)
     if frame_view == "grid_aware":
         ids = ids.long()
         true_frame = ids // p

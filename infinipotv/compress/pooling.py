@@ -66,7 +66,11 @@ def pool(scores: torch.Tensor, coords: FrameCoords, mode: str, size: int) -> tor
     heads = scores.shape[0]
     h, w = coords.grid
     n_grid = coords.n_grid_frames
-    dense = coords.to_grid(scores).view(heads, -1)
+    if coords.offset is not None:  # pseudo frames: token t sits in cell t + offset, a plain shifted copy
+        dense = scores.new_zeros(heads, n_grid * coords.tokens_per_frame)
+        dense[:, coords.offset:] = scores
+    else:
+        dense = coords.to_grid(scores).view(heads, -1)
     if mode == "1d":
         k = odd_kernel(size, dense.shape[1])
         pooled = F.avg_pool1d(dense[:, None], k, stride=1, padding=k // 2, count_include_pad=True)
@@ -82,4 +86,5 @@ def pool(scores: torch.Tensor, coords: FrameCoords, mode: str, size: int) -> tor
         )
     else:
         raise ValueError(f"pooling mode {mode!r} is unknown; use one of {', '.join(m for m, _ in KERNELS)}")
-    return pooled.reshape(heads, -1).gather(1, coords.cell)
+    pooled = pooled.reshape(heads, -1)
+    return pooled[:, coords.offset:] if coords.offset is not None else pooled.gather(1, coords.cell)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from .layout import FrameCoords
 
@@ -38,8 +37,17 @@ def check_tar_share(n_tar: int, r: int, p: int, alpha: float, r_ratio: float) ->
 
 
 def van_scores(values: torch.Tensor) -> torch.Tensor:
-    """``[H, T, D]`` -> ``[H, T]`` value norms."""
+    """``[H, T, D]`` -> ``[H, T]`` value norms, in fp32 whatever the input's float dtype."""
     return values.float().norm(dim=-1)
+
+
+def unit_keys(keys: torch.Tensor) -> torch.Tensor:
+    """``F.normalize(keys.float(), dim=-1, eps=KEY_EPS)``, computed as it does (``x / max(||x||, eps)``), in fp32.
+    Half-precision keys are converted once into a copy that is then divided in place (no second [H, T, D] tensor);
+    fp32 keys (the caller's own tensor) get a fresh result."""
+    k = keys.float()
+    denom = k.norm(dim=-1, keepdim=True).clamp_min_(KEY_EPS)
+    return k.div_(denom) if k.data_ptr() != keys.data_ptr() else k / denom
 
 
 def tar_scores(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool = False) -> torch.Tensor:
@@ -56,7 +64,7 @@ def tar_scores(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool = 
     """
     heads, n_tokens, dim = keys.shape
     p, cells = coords.tokens_per_frame, r * coords.tokens_per_frame
-    unit = F.normalize(keys.float(), dim=-1, eps=KEY_EPS)
+    unit = unit_keys(keys)
     recent = coords.recent(r)
     suffix = slice(n_tokens - min(n_tokens, cells), n_tokens)
     oldest_recent = coords.n_grid_frames - r
@@ -74,7 +82,7 @@ def tar_scores(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool = 
         picked = sums.reshape(heads * p, dim).index_select(0, flat_slot).view(heads, n_tokens, dim)
         similarity = picked.mul_(unit).sum(-1)  # in place: picked is a fresh copy
     else:
-        similarity = _periodic_dot(unit, sums, coords.offset)
+        similarity = _periodic_dot(unit, sums, coords.offset)  # consumes unit (in place)
     mean_cos = similarity / counts.gather(1, slot).clamp(min=1)
     score = mean_cos if reverse else -mean_cos
     return score.masked_fill(recent, math.inf)
@@ -83,10 +91,11 @@ def tar_scores(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool = 
 def _periodic_dot(unit: torch.Tensor, sums: torch.Tensor, offset: int) -> torch.Tensor:
     """``unit[h, t] . sums[h, (t + offset) % p]`` for the pseudo-frames view, where tokens sit in consecutive cells:
     after the first (partial) frame the region is whole frames, so the slot sums broadcast over them and no
-    per-token copy of ``sums`` is made. The same products and sums as the general path, element for element."""
+    per-token copy of ``sums`` is made. The same products and sums as the general path, element for element.
+    ``unit`` (a fresh contiguous tensor of the caller's) is overwritten by the products: no [H, T, D] temporary."""
     heads, n_tokens, dim = unit.shape
     p = sums.shape[1]
     first = min(n_tokens, p - offset)  # the oldest frame holds slots offset .. p-1
-    head = (unit[:, :first] * sums[:, offset:offset + first]).sum(-1)
-    body = (unit[:, first:].reshape(heads, -1, p, dim) * sums.unsqueeze(1)).sum(-1).reshape(heads, -1)
-    return torch.cat([head, body], dim=1)
+    unit[:, :first].mul_(sums[:, offset:offset + first])
+    unit[:, first:].view(heads, (n_tokens - first) // p, p, dim).mul_(sums.unsqueeze(1))
+    return unit.sum(-1)

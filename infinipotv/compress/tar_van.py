@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -27,6 +28,8 @@ from .scores import check_tar_share, recent_frames, tar_scores, tar_share, van_s
 @dataclass(frozen=True)
 class TarVanPool(Policy):
     """InfiniPot-V: TaR (temporal redundancy of keys) + VaN (value norm), VaN pooled."""
+
+    reads_any_float: ClassVar[bool] = True  # tar_scores and van_scores compute in fp32 from any float dtype
 
     alpha: float = 0.5
     r_ratio: float = 0.125

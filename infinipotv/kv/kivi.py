@@ -22,9 +22,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from infinipotv.kv.quant import check_bits, dequantize_codes, dequantize_grouped, quantize
-from infinipotv.kv.store import POSITION_DTYPE, KVStore, gather_rows
+from infinipotv.kv.quant import check_bits, dequantize_grouped, quantize, unpack_codes
+from infinipotv.kv.store import POSITION_DTYPE, KVStore, flat_rows, gather_rows, take_rows
 
+KEY_BLOCK_BYTES = 1 << 21  # CPU: key scale/zero rows gathered per block of tokens of about this size (see dequantized)
 GROUP_COUNT_DTYPE = torch.int16  # survivors per key group (<= group_size), with the [H] lengths the bookkeeping
 
 
@@ -49,28 +50,16 @@ def ragged_cat(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor) -> torch.T
     return gather_rows(torch.cat([a, b], dim=1), index)
 
 
-def ragged_join(a: torch.Tensor, la: torch.Tensor, b: torch.Tensor, lb: torch.Tensor, length: int) -> torch.Tensor:
-    """:func:`ragged_cat` for lengths that add up to ``length`` in every head (no padding rows): each valid row is
-    copied once, straight into place (``index_copy_``; rows past a head's length go to one spare row), where a
-    concatenation then a gather would copy everything twice."""
-    h = a.shape[0]
-    heads = torch.arange(h, device=a.device).unsqueeze(1) * length
-    out = a.new_empty(h * length + 1, *a.shape[2:])  # the last row receives the padding rows of a and b
-    for part, start, n in ((a, 0, la), (b, la.unsqueeze(1), lb)):
-        t = torch.arange(part.shape[1], device=a.device).unsqueeze(0)
-        dest = torch.where(t < n.unsqueeze(1), heads + start + t, h * length)
-        out.index_copy_(0, dest.reshape(-1), part.reshape(h * part.shape[1], *part.shape[2:]))
-    return out[: h * length].view(h, length, *a.shape[2:])
-
-
-def token_groups(counts: torch.Tensor, n: int) -> torch.Tensor:
-    """``[H, n]`` index of the key group that each of a head's first ``n`` quantized tokens belongs to.
+def token_groups(counts: torch.Tensor, n: int, rank: torch.Tensor | None = None) -> torch.Tensor:
+    """``[H, n]`` index of the key group that each of a head's first ``n`` quantized tokens belongs to (or, given
+    ``rank`` ``[H, m]``, the groups of the quantized tokens at those ranks).
 
     ``counts`` ``[H, Lg]`` holds the survivors per group in stream order (0 for padding groups), so a token's group
     is the first whose running total exceeds the token's rank.
     """
     ends = counts.cumsum(dim=1)
-    rank = torch.arange(n, device=counts.device).expand(counts.shape[0], n).contiguous()
+    if rank is None:
+        rank = torch.arange(n, device=counts.device).expand(counts.shape[0], n).contiguous()
     return torch.searchsorted(ends, rank, right=True).clamp(max=max(counts.shape[1] - 1, 0))
 
 
@@ -160,27 +149,75 @@ class KiviStore(KVStore):
         if lq:
             # sorted indices: a head's first nq_new[h] kept indices are its quantized survivors
             idx_q = indices[:, : int(nq_new_host.max())].clamp(max=lq - 1)
-            gid = token_groups(self._k_count, lq).gather(1, idx_q)
-            self._k_codes, self._v_codes = gather_rows(self._k_codes, idx_q), gather_rows(self._v_codes, idx_q)
-            self._v_scale, self._v_zero = gather_rows(self._v_scale, idx_q), gather_rows(self._v_zero, idx_q)
+            gid = self._token_groups(idx_q)
+            flat = flat_rows(idx_q, lq)  # one row index for codes and value scale/zero
+            self._k_codes, self._v_codes = take_rows(self._k_codes, flat), take_rows(self._v_codes, flat)
+            self._v_scale, self._v_zero = take_rows(self._v_scale, flat), take_rows(self._v_zero, flat)
             self._keep_key_groups(gid, nq_new)
         nr_new_host = n - nq_new_host
         rank = (nq_new.unsqueeze(1) + torch.arange(int(nr_new_host.max()), device=indices.device)).clamp(max=n - 1)
         idx_r = (indices.gather(1, rank) - nq.unsqueeze(1)).clamp(0, max(self._res_k.shape[1] - 1, 0))
-        self._res_k, self._res_v = gather_rows(self._res_k, idx_r), gather_rows(self._res_v, idx_r)
+        flat = flat_rows(idx_r, self._res_k.shape[1])
+        self._res_k, self._res_v = take_rows(self._res_k, flat), take_rows(self._res_v, flat)
         self._ids = self._ids.gather(1, indices)
         self._nq, self._nq_host = nq_new, nq_new_host
 
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values written straight into their ``[H, T, D]`` outputs: a head's quantized tokens are its
+        first rows, so the codes of every head are dequantized in place into rows ``0 .. Lq-1`` (a head's rows past
+        its own ``nq[h]`` receive padding), then each head's residual window is copied over rows ``nq[h] ..
+        T-1``. No intermediate full-size copy of the quantized part is made and nothing is joined afterwards."""
         if self._ids is None:
             raise RuntimeError("dequantized() on an empty KiviStore: append tokens first")
+        h, t = self._ids.shape
+        d, lq = self._res_k.shape[2], self._k_codes.shape[1]
+        # one spare row past the H*T real ones receives the residual window's padding rows (see _residual_rows)
+        flat_k = torch.empty(h * t + 1, d, dtype=self.dtype, device=self._ids.device)
+        flat_v = torch.empty_like(flat_k)
+        keys, values = flat_k[: h * t].view(h, t, d), flat_v[: h * t].view(h, t, d)
+        if lq:
+            self._dequantize_keys(keys[:, :lq])
+            dequantize_grouped(self._v_codes, self._v_scale, self._v_zero, self.bits, self.group_size, "value",
+                               out=values[:, :lq])
+        if self._res_k.shape[1]:
+            dest = self._residual_rows(t)
+            flat_k.index_copy_(0, dest, self._res_k.reshape(-1, d))
+            flat_v.index_copy_(0, dest, self._res_v.reshape(-1, d))
+        return keys, values
+
+    def _dequantize_keys(self, out: torch.Tensor) -> torch.Tensor:
+        """``q * scale + zero`` of the quantized keys into ``out`` ``[H, Lq, D]``. Key groups hold different numbers
+        of survivors, so each token's scale/zero row is gathered (:func:`token_groups`); on the CPU this is done
+        in blocks of tokens of about ``KEY_BLOCK_BYTES``, so no full-size copy of the scales is made (on a GPU, one
+        block: its allocator reuses memory and fewer launches win). The same products and sums."""
+        h, lq = out.shape[:2]
+        gid = self._token_groups()
+        unpack_codes(self._k_codes, self.bits, out.dtype, out)
+        step = lq if out.device.type != "cpu" else max(1, KEY_BLOCK_BYTES // (h * out.shape[2] * out.element_size()))
+        for start in range(0, lq, step):
+            g = flat_rows(gid[:, start:start + step], self._k_scale.shape[1])
+            out[:, start:start + step].mul_(take_rows(self._k_scale, g)).add_(take_rows(self._k_zero, g))
+        return out
+
+    def _token_groups(self, rank: torch.Tensor | None = None) -> torch.Tensor:
+        """:func:`token_groups` of the store (``[H, Lq]``, or at ``rank``). When every head holds Lq quantized
+        tokens (no padding rows), each group's index repeated by its survivor count is the same thing, without a
+        binary search per token."""
+        h, lg = self._k_count.shape
         lq = self._k_codes.shape[1]
-        gid = token_groups(self._k_count, lq)  # key groups hold different numbers of survivors: scales per token
-        k_scale, k_zero = gather_rows(self._k_scale, gid), gather_rows(self._k_zero, gid)
-        keys_q = dequantize_codes(self._k_codes, k_scale, k_zero, self.bits)
-        values_q = dequantize_grouped(self._v_codes, self._v_scale, self._v_zero, self.bits, self.group_size, "value")
-        nr, t = self.n_residual, len(self)  # nq + nr = T in every head
-        return ragged_join(keys_q, self._nq, self._res_k, nr, t), ragged_join(values_q, self._nq, self._res_v, nr, t)
+        if lq and bool((self._nq_host == lq).all()):
+            group = torch.arange(lg, device=self._k_count.device).repeat(h)
+            gid = group.repeat_interleave(self._k_count.reshape(-1).long(), output_size=h * lq).view(h, lq)
+            return gid if rank is None else gid.gather(1, rank)
+        return token_groups(self._k_count, lq, rank)
+
+    def _residual_rows(self, t: int) -> torch.Tensor:
+        """Flat destination rows (in ``[H * T + 1]``) of the residual window's rows ``[H, Lr]``: head h's j-th
+        residual token goes to row ``h * T + nq[h] + j``, padding rows (j >= T - nq[h]) to the spare row H * T."""
+        h, lr = self._res_k.shape[:2]
+        j = torch.arange(lr, device=self._nq.device).unsqueeze(0)
+        start = self._nq.unsqueeze(1) + torch.arange(h, device=self._nq.device).unsqueeze(1) * t
+        return torch.where(j < (t - self._nq).unsqueeze(1), start + j, h * t).reshape(-1)
 
     def token_ids(self) -> torch.Tensor:
         if self._ids is None:
@@ -276,7 +313,8 @@ class KiviStore(KVStore):
         rank = (n_tok.unsqueeze(1) + torch.arange(int(left_host.max()), device=nr.device)).clamp(
             max=self._res_k.shape[1] - 1
         )
-        self._res_k, self._res_v = gather_rows(self._res_k, rank), gather_rows(self._res_v, rank)
+        flat = flat_rows(rank, self._res_k.shape[1])
+        self._res_k, self._res_v = take_rows(self._res_k, flat), take_rows(self._res_v, flat)
 
     def _keep_key_groups(self, gid: torch.Tensor, nq_new: torch.Tensor) -> None:
         """Recount survivors per key group and drop the groups none of whose tokens survived, keeping stream order.
@@ -289,7 +327,8 @@ class KiviStore(KVStore):
         live = counts > 0
         self._ng_host = live.sum(dim=1).cpu().numpy()
         order = torch.argsort((~live).to(torch.uint8), dim=1, stable=True)[:, : int(self._ng_host.max())]
-        self._k_scale, self._k_zero = gather_rows(self._k_scale, order), gather_rows(self._k_zero, order)
+        flat = flat_rows(order, self._k_scale.shape[1])
+        self._k_scale, self._k_zero = take_rows(self._k_scale, flat), take_rows(self._k_zero, flat)
         self._k_count = counts.gather(1, order).to(GROUP_COUNT_DTYPE)
 
     def _check_indices(self, indices: torch.Tensor) -> torch.Tensor:

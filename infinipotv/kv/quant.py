@@ -65,17 +65,32 @@ def pack_codes(q: torch.Tensor, bits: int) -> torch.Tensor:
     return packed
 
 
-def unpack_codes(packed: torch.Tensor, bits: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+def unpack_codes(packed: torch.Tensor, bits: int, dtype: torch.dtype = torch.uint8,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
     """Inverse of :func:`pack_codes`: ``[..., D * bits / 8]`` bytes -> codes ``[..., D]`` in ``dtype`` (a float
-    dtype converts each lane as it is written: no uint8 copy of the codes, no second pass to convert them)."""
+    dtype converts each lane as it is written: no uint8 copy of the codes, no second pass to convert them).
+
+    ``out`` (``[..., D]``, its last dimension contiguous, e.g. rows of a larger tensor): written in place and
+    returned, so a caller can unpack straight into its final buffer. The lowest lane needs no shift and the highest
+    no mask (the shift leaves only its bits)."""
     check_bits(bits)
     per_byte = 8 // bits
+    if out is None:
+        if per_byte == 1:
+            return packed.to(dtype)
+        out = torch.empty(*packed.shape[:-1], packed.shape[-1] * per_byte, dtype=dtype, device=packed.device)
     if per_byte == 1:
-        return packed.to(dtype)
-    out = torch.empty(*packed.shape, per_byte, dtype=dtype, device=packed.device)
+        return out.copy_(packed)
+    lanes = out.view(*packed.shape, per_byte)
     for lane in range(per_byte):
-        out[..., lane] = (packed >> (lane * bits)) & levels(bits)
-    return out.view(*packed.shape[:-1], packed.shape[-1] * per_byte)
+        if lane == 0:
+            code = packed & levels(bits)
+        elif lane == per_byte - 1:
+            code = packed >> (lane * bits)
+        else:
+            code = (packed >> (lane * bits)) & levels(bits)
+        lanes[..., lane] = code
+    return out
 
 
 @dataclass(frozen=True)
@@ -117,18 +132,20 @@ def quantize_codes(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bit
     return (x - zero).div_(safe).clamp_(0, levels(bits)).round_().to(torch.uint8)
 
 
-def dequantize_codes(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int) -> torch.Tensor:
+def dequantize_codes(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
     """``q * scale + zero`` for packed ``codes`` ``[..., D * bits / 8]`` and per-element ``scale``/``zero``
-    ``[..., D]`` (already expanded from their groups), in the scale's dtype."""
-    return unpack_codes(codes, bits, scale.dtype).mul_(scale).add_(zero)
+    ``[..., D]`` (already expanded from their groups), in the scale's dtype (into ``out``, see :func:`unpack_codes`,
+    when given)."""
+    return unpack_codes(codes, bits, scale.dtype, out).mul_(scale).add_(zero)
 
 
 def dequantize_grouped(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
-                       group_size: int, axis: Axis) -> torch.Tensor:
+                       group_size: int, axis: Axis, out: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`dequantize_codes` with ``scale``/``zero`` as stored per group (see :class:`QuantizedTensor`),
     broadcast over their groups instead of expanded to one per element: the same arithmetic, two fewer full-size
-    tensors."""
-    q = unpack_codes(codes, bits, scale.dtype)
+    tensors (into ``out`` when given)."""
+    q = unpack_codes(codes, bits, scale.dtype, out)
     *lead, t, d = q.shape
     if axis == "key":
         grouped, s, z = q.view(*lead, t // group_size, group_size, d), scale.unsqueeze(-2), zero.unsqueeze(-2)

@@ -24,7 +24,6 @@ from infinipotv.data.video import VideoError
 from infinipotv.factory import build_parts
 from infinipotv.job import sample_frames
 from infinipotv.lmms.compose import compose_run_config
-from infinipotv.stream.session import StreamingSession
 
 DEFAULT_MAX_NEW_TOKENS = 16  # the benchmarks' short-answer setting, for a task that does not say
 
@@ -49,8 +48,7 @@ class InfiniPotV(lmms):
         self.cfg = compose_run_config(model_args, config_dir)
         torch.manual_seed(self.cfg.seed)
         parts = build_parts(self.cfg)
-        self.session = StreamingSession(parts.adapter, parts.policy, parts.budget, self.cfg.compress.c_ratio,
-                                        parts.make_store)
+        self.session = parts.session(self.cfg.compress.c_ratio)
         logger.info(f"infinipotv: {self.cfg.model.family} / {self.cfg.compress.name} (|M| = {parts.budget}) / "
                     f"{self.cfg.quant.name}")
 

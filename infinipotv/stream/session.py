@@ -2,8 +2,10 @@
 
 One session streams one video at a time. ``feed`` encodes a chunk of frames and prefills it into the cache with
 causal positions; when the video part of the cache holds |M| (``budget``) tokens or more, every layer is compressed to
-|C| = c_ratio * |M| tokens per KV head by the policy. ``ask`` answers on the current memory in the cache's transient
-mode, so the question and answer are gone afterwards and the memory never depends on a question.
+|C| = c_ratio * |M| tokens per KV head by the policy. A budget given in bytes (:class:`ByteCap`) is also held on the
+bytes the cache really occupies, which KIVI's partially evicted key groups can push past the formula. ``ask``
+answers on the current memory in the cache's transient mode, so the question and answer are gone afterwards and the
+memory never depends on a question.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import torch
 
 from infinipotv.compress import FrameLayout, compressed_size
+from infinipotv.kv.accounting import Storage, cache_bytes
 from infinipotv.kv.cache import StreamCache
 from infinipotv.kv.store import FullPrecisionStore, KVStore
 from infinipotv.models.base import ModelAdapter, VisionChunk
@@ -24,12 +27,42 @@ from infinipotv.stream.trace import CompressRecord, PeakMemory, TraceStep
 TEXT_ID = -1  # stream id of a text token in the stores (vision tokens: their index in the video)
 
 
+@dataclass(frozen=True)
+class ByteCap:
+    """A KV budget given in bytes (``compress.budget_mib``), held on the bytes the stores really occupy.
+
+    The budget is converted to |M| tokens with the full-group formula, but under KIVI a key group thinned by eviction
+    keeps its scale/zero row while any token of it survives (never re-quantized: spec/kivi.md), so |M| kept tokens
+    can occupy more than the formula says. The session therefore also compresses when a step leaves more than
+    ``cap`` bytes, and a pass that leaves more than ``after_pass`` bytes (the formula's figure for |C| tokens) keeps
+    fewer tokens, so the cache never holds more than ``cap`` bytes after a step (between a chunk's prefill and the
+    pass it triggers it may, by up to that chunk, as with tokens). Full-precision storage costs exactly the formula,
+    so for it the cap never acts before |M| tokens.
+    """
+
+    cap: int
+    after_pass: int
+
+    @classmethod
+    def of(cls, budget: int, c_ratio: float, prefix: int, shape: tuple[int, int, int], storage: Storage) -> "ByteCap":
+        """The formula's bytes for |M| = ``budget`` and |C| video tokens plus the ``prefix``, over the whole model
+        (``shape`` = layers, KV heads, head_dim)."""
+        def formula(video: int) -> int:
+            return int(cache_bytes(video + prefix, *shape, storage))
+
+        return cls(cap=formula(budget), after_pass=formula(compressed_size(budget, c_ratio)))
+
+
 @dataclass
 class Answer:
     text: str
     tokens: list[int]
     first_logprobs: torch.Tensor  # log-softmax of the first answer token's logits (vocabulary,)
     reference: "Answer | None" = None  # the same question answered from the uncompressed cache, when enabled
+
+
+def _total(by_layer: list[dict[str, int]]) -> int:
+    return sum(sum(parts.values()) for parts in by_layer)
 
 
 def _sync(device: torch.device) -> None:
@@ -48,6 +81,7 @@ class StreamingSession:
         c_ratio: float,
         make_store: Callable[[], KVStore],
         reference: bool = False,
+        byte_cap: ByteCap | None = None,
     ) -> None:
         self.adapter = adapter
         self.policy = policy if budget is not None and getattr(policy, "evicts", True) else None
@@ -55,6 +89,7 @@ class StreamingSession:
         self.n_keep = None if budget is None else compressed_size(budget, c_ratio)
         self.make_store = make_store
         self.reference = reference
+        self.byte_cap = byte_cap
         self.peak = PeakMemory(adapter.device)
         self.trace: list[TraceStep] = []
 
@@ -117,8 +152,9 @@ class StreamingSession:
         self.frames_encoded += len(frames)
         self.vision_tokens += chunk.embeds.shape[0]
         self.next_position = max(self.next_position, int(chunk.positions.max()) + 1)
-        record = self._compress() if self.policy is not None and self.video_tokens >= self.budget else None
-        self._record(encode_s, record)
+        by_layer = self.cache.nbytes_by_layer()
+        record = self._compress() if self._full(by_layer) else None
+        self._record(encode_s, record, by_layer if record is None else None)
 
     def _check_chunk(self, chunk: VisionChunk) -> None:
         if self.grid is None:
@@ -142,24 +178,47 @@ class StreamingSession:
         """Vision tokens per layer per KV head now in the cache."""
         return self.cache.committed_length() - self.prefix_len
 
+    def _full(self, by_layer: list[dict[str, int]]) -> bool:
+        """Whether the memory must be compressed now (after a chunk's prefill, as for tokens): |M| video tokens, or
+        more bytes than a byte cap."""
+        if self.policy is None:
+            return False
+        over_bytes = self.byte_cap is not None and _total(by_layer) > self.byte_cap.cap
+        return self.video_tokens >= self.budget or over_bytes
+
     @torch.inference_mode()
     def _compress(self) -> CompressRecord:
-        """One pass on every layer: keep the prefix and the policy's |C| video tokens per head."""
+        """Compress every layer to |C| video tokens per head; under a byte cap, keep fewer while the cache's bytes
+        exceed ``after_pass`` (each further pass runs the same policy on the memory the previous one left)."""
         _sync(self.adapter.device)
         t0 = time.perf_counter()
-        before, p, n_layers = self.video_tokens, self.prefix_len, self.adapter.n_layers
+        before, passes = self.video_tokens, 0
+        n_keep = min(self.n_keep, before - 1)
+        while n_keep >= 1:
+            self._pass(n_keep)
+            passes += 1
+            held = _total(self.cache.nbytes_by_layer())
+            if self.byte_cap is None or held <= self.byte_cap.after_pass:
+                break
+            n_keep = min(self.video_tokens - 1, self.video_tokens * self.byte_cap.after_pass // held)
+        _sync(self.adapter.device)
+        return CompressRecord(tokens_before=before, tokens_after=self.video_tokens, seconds=time.perf_counter() - t0,
+                              passes=passes)
+
+    def _pass(self, n_keep: int) -> None:
+        """One pass on every layer: keep the prefix and the policy's ``n_keep`` video tokens per head."""
+        p, n_layers = self.prefix_len, self.adapter.n_layers
         for layer, store in enumerate(self.cache.stores):
             keys, values = store.dequantized()
             ids = store.token_ids()
             layout = FrameLayout(token_ids=ids[:, p:].long(), grid=self.grid)
-            kept = self.policy(keys[:, p:], values[:, p:], layout, self.n_keep, layer, n_layers)
+            kept = self.policy(keys[:, p:], values[:, p:], layout, n_keep, layer, n_layers)
             prefix = torch.arange(p, device=kept.device).expand(kept.shape[0], p)
             store.keep(torch.cat([prefix, kept + p], dim=1))
-        _sync(self.adapter.device)
-        return CompressRecord(tokens_before=before, tokens_after=self.video_tokens, seconds=time.perf_counter() - t0)
 
-    def _record(self, encode_s: float, record: CompressRecord | None) -> None:
-        by_layer = self.cache.nbytes_by_layer()
+    def _record(self, encode_s: float, record: CompressRecord | None,
+                by_layer: list[dict[str, int]] | None = None) -> None:
+        by_layer = by_layer if by_layer is not None else self.cache.nbytes_by_layer()
         parts = self.cache.nbytes(by_layer)
         self.trace.append(
             TraceStep(

@@ -15,6 +15,7 @@ class CompressRecord:
     tokens_before: int
     tokens_after: int
     seconds: float
+    passes: int = 1  # more than one when a byte cap made the session keep fewer than |C| tokens
 
 
 @dataclass
