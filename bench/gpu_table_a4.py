@@ -80,6 +80,8 @@ def run_mode(adapter: Qwen2VLAdapter, spec: StreamSpec, policy: str, storage: st
         "peak_with_answer_bytes": mark["peak_with_answer_bytes"],
         "cache_bytes": max(max(s["cache_bytes"], s["cache_bytes_before_pass"] or 0) for s in steps),
         "first_token_seconds": mark["first_token_seconds"], "answer_seconds": mark["answer_seconds"],
+        "answer_tokens_generated": mark["answer_tokens_generated"],
+        "decode_seconds_per_token": mark["decode_seconds_per_token"],
         "stream_seconds": result["totals"]["stream_seconds"], "compress_share": result["totals"]["compress_share"],
         "passes": result["totals"]["passes"], "video_tokens": mark["video_tokens"],
         "curve": [{"frames": (i + 1) * spec.chunk_frames, "peak_bytes": s["peak_bytes"],

@@ -191,17 +191,20 @@ def ttft_section(data: dict[str, Any], out: Path) -> list[str]:
     marks = data["runs"][0]["checkpoints"]
     lines = [
         "## 4. Time to first answer token after a long stream", _header(data), "",
-        f"Same model and streams as section 1. First token: the question's prefill and first logits; answer: "
-        f"{data['answer_tokens']} greedy tokens.", "",
+        f"Same model and streams as section 1. First token: the question's prefill and first logits; answer: up to "
+        f"{data['answer_tokens']} greedy tokens (it stops at an end-of-sequence token), and the time per decoded token "
+        "after the first.", "",
         "| policy / storage | " + " | ".join(f"first token at {c['multiple']:g}x (ms)" for c in marks)
-        + f" | answer at {marks[-1]['multiple']:g}x (ms) |",
-        "|---|" + "---:|" * (len(marks) + 1),
+        + f" | answer at {marks[-1]['multiple']:g}x (ms, tokens) | per decoded token (ms) |",
+        "|---|" + "---:|" * (len(marks) + 2),
     ]
     fig, ax = plt.subplots(figsize=(6, 4))
     for run in data["runs"]:
         cps = run["checkpoints"]
+        per_token = cps[-1]["decode_seconds_per_token"]
         lines.append(f"| {_label(run)} | " + " | ".join(f"{1e3 * c['first_token_seconds']:.1f}" for c in cps)
-                     + f" | {1e3 * cps[-1]['answer_seconds']:.1f} |")
+                     + f" | {1e3 * cps[-1]['answer_seconds']:.1f} ({cps[-1]['answer_tokens_generated']}) | "
+                     + ("n/a" if per_token is None else f"{1e3 * per_token:.1f}") + " |")
         ax.plot([c["multiple"] for c in cps], [1e3 * c["first_token_seconds"] for c in cps], "o-", label=_label(run))
     ax.set_xscale("log", base=2)
     ax.set_xlabel("vision tokens streamed / |M|")
@@ -209,8 +212,9 @@ def ttft_section(data: dict[str, Any], out: Path) -> list[str]:
     ax.legend(fontsize=8)
     last = [s for s in data["speedup"] if s["multiple"] == max(s["multiple"] for s in data["speedup"])]
     lines += ["", "Full over compressed at the longest stream: " + "; ".join(
-        f"{s['quant']}: first token x{s['first_token_full_over_compressed']:.2f}, "
-        f"answer x{s['answer_full_over_compressed']:.2f}" for s in last) + ".", "", _save(fig, out, "ttft.png")]
+        f"{s['quant']}: first token x{s['first_token_full_over_compressed']:.2f}, per decoded token "
+        + ("n/a" if s["decode_token_full_over_compressed"] is None else f"x{s['decode_token_full_over_compressed']:.2f}")
+        for s in last) + ".", "", _save(fig, out, "ttft.png")]
     return lines
 
 

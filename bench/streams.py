@@ -139,10 +139,14 @@ def _checkpoint(sess: StreamingSession, multiple: float, steps: list[dict[str, A
         for key, n in (("first_token_seconds", 1), ("answer_seconds", answer_tokens)):
             sync(device)
             t0 = time.perf_counter()
-            sess.ask(QUESTION, max_new_tokens=n)
+            answer = sess.ask(QUESTION, max_new_tokens=n)
             sync(device)
             mark[key] = time.perf_counter() - t0
         mark["answer_tokens"] = answer_tokens
+        # greedy decoding stops at an end-of-sequence token: answers differ in length, so compare per token
+        mark["answer_tokens_generated"] = n_out = len(answer.tokens)
+        mark["decode_seconds_per_token"] = ((mark["answer_seconds"] - mark["first_token_seconds"]) / (n_out - 1)
+                                            if n_out > 1 else None)
         mark["peak_with_answer_bytes"] = peak.read()
     return mark
 
