@@ -2,12 +2,13 @@
 
 Each frame is one short line of text drawn in the glyph code (:mod:`infinipotv.models.glyphs`): the symbolic model
 reads it with a real language model, so memory compression changes real answers on a CPU. A video is a sequence of
-*scenes* ("The kitchen has a red kettle."), each held for many identical frames (the temporal redundancy TaR
-exploits); *needle* events (a code, a name, a count...) last one frame at controlled depths of the stream;
-*distractor* events look more or less like the needles. Questions ask for a needle (short answer or multiple
-choice) or for what a scene showed (multiple choice), after the stream (offline) or at a time stamp while it plays
-(streaming). Every prompt ends with an answer prefix ("Answer: The secret code is"), so the model answers by reading
-its memory, and short answers are scored by normalized exact match of the first word.
+*scenes* ("In the kitchen the kettle is red."), each held for many identical frames (the temporal redundancy TaR
+exploits); *needle* events (a code, a name, a count...) last ``needle_frames`` frames (default 4, two seconds) at
+controlled depths of the stream; *distractor* events, as long, look more or less like the needles. Questions ask
+for a needle (short answer or multiple choice) or for what a scene showed (multiple choice), after the stream
+(offline) or at a time stamp while it plays (streaming). Every prompt ends with an answer prefix ("Answer: The
+secret code is"), so the model answers by reading its memory, and short answers are scored by normalized exact
+match of the first word.
 
 The generator writes real mp4 files (PyAV, lossless) and ``annotations.json`` (one row per question, the schema of the
 released benchmarks) under ``benchmark.root``, in a folder named by its parameters: a knob changed gives a new
@@ -38,9 +39,9 @@ from infinipotv.models import glyphs
 VERSION = 1  # bump when the generator's output changes for the same parameters
 LETTERS = "ABCD"
 DEFAULTS: dict[str, Any] = {
-    "n_videos": 6, "frames": 128, "fps": 2, "grid": [3, 4], "patch": glyphs.DEFAULT_PATCH, "scene_frames": 12,
-    "n_needles": 3, "needle_span": [0.1, 0.6], "needle_frames": 1, "n_distractors": 3, "distractor_similarity": 0.25,
-    "mc_fraction": 0.5, "streaming_fraction": 0.5, "question_delay": [0.2, 0.4], "scene_questions": 1,
+    "n_videos": 4, "frames": 96, "fps": 2, "grid": [3, 4], "patch": glyphs.DEFAULT_PATCH, "scene_frames": 12,
+    "n_needles": 5, "needle_span": [0.1, 0.6], "needle_frames": 4, "n_distractors": 3, "distractor_similarity": 0.25,
+    "mc_fraction": 0.5, "streaming_fraction": 0.5, "question_delay": [0.2, 0.4], "scene_questions": 0,
     "show_options": False,
 }
 MAX_NEW_TOKENS = 8
@@ -109,7 +110,19 @@ class Knobs:
         if min(self.n_videos, self.fps, self.scene_frames, self.needle_frames, *self.grid) < 1 or events >= self.frames:
             raise ConfigError(f"benchmark.options: n_videos, fps, scene_frames, needle_frames and grid must be >= 1 and "
                               f"the events ({events} frames) fewer than frames={self.frames}")
+        starts = self.needle_starts()
+        if any(b - a < self.needle_frames for a, b in zip(starts, starts[1:])):
+            raise ConfigError(f"benchmark.options.needle_span={list(self.needle_span)} is too narrow for "
+                              f"{self.n_needles} needles of needle_frames={self.needle_frames} in {self.frames} frames "
+                              f"(they would overlap at frames {starts}): widen needle_span, or lower n_needles or "
+                              f"needle_frames")
         glyphs.frame_size(self.grid, self.patch)  # checks the patch size
+
+    def needle_starts(self) -> list[int]:
+        """First frames of the needles, evenly spread over ``needle_span``: the centres of n equal slices of it."""
+        lo, hi = self.needle_span
+        n, last = self.n_needles, self.frames - self.needle_frames
+        return [min(last, round((lo + (hi - lo) * (i + 0.5) / n) * self.frames)) for i in range(n)]
 
     @property
     def tag(self) -> str:
@@ -135,7 +148,7 @@ class _Video:
         self.lines = self._scenes()
         self.rows: list[dict[str, Any]] = []
         kinds = [KINDS[i] for i in rng.permutation(len(KINDS))[: knobs.n_needles]]
-        starts = self._needle_starts()
+        starts = knobs.needle_starts()
         free = self._free_starts(starts)
         for i, (kind, start) in enumerate(zip(kinds, starts)):
             value = kind.draw(rng)
@@ -162,12 +175,6 @@ class _Video:
             lines += [SCENE.statement(self.cast[index])] * hold
             previous = index
         return lines[: self.k.frames]
-
-    def _needle_starts(self) -> list[int]:
-        """Evenly spread over ``needle_span``: the centres of n equal slices of it, in frames."""
-        lo, hi = self.k.needle_span
-        n, last = self.k.n_needles, self.k.frames - self.k.needle_frames
-        return [min(last, round((lo + (hi - lo) * (i + 0.5) / n) * self.k.frames)) for i in range(n)]
 
     def _free_starts(self, taken: list[int]) -> list[int]:
         """Distractor positions: random frames whose events do not overlap a needle's."""

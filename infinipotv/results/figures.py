@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.figure import Figure  # figures built without pyplot: no global state, no display backend needed
 from matplotlib.ticker import FixedLocator, NullLocator
 
@@ -41,6 +42,8 @@ def plot_accuracy_vs_budget(frame: pd.DataFrame, benchmark: str, score: str) -> 
     fig = Figure(figsize=(5, 3.4))
     ax = fig.subplots()
     budgets = sorted(data["budget_tokens"].dropna().unique())
+    if data.groupby(["policy", "kv"]).ngroups > 10:  # past the default cycle's 10 colours: 20 distinct ones
+        ax.set_prop_cycle(color=colormaps["tab20"].colors)
     for (policy, kv), series in data.groupby(["policy", "kv"], sort=True):
         label = f"{policy} ({kv})"
         with_budget = series.dropna(subset=["budget_tokens"]).groupby("budget_tokens")["value"].mean()

@@ -47,7 +47,7 @@ def test_a_generated_folder_is_reused_and_a_changed_knob_gets_its_own(tmp_path):
 
 
 def test_needles_sit_where_the_knobs_put_them_and_streaming_questions_come_after(tmp_path):
-    b = bench(tmp_path, n_videos=3, n_needles=4, needle_span=[0.2, 0.4], streaming_fraction=1.0,
+    b = bench(tmp_path, n_videos=3, n_needles=4, needle_span=[0.2, 0.4], needle_frames=1, streaming_fraction=1.0,
               question_delay=[0.1, 0.2], scene_questions=0)
     rows = json.loads(b.annotations.read_text()) if list(b.samples()) else []
     duration = 64 / 2
@@ -72,6 +72,7 @@ def test_the_mix_of_formats_and_modes_follows_the_knobs(tmp_path):
     ({"n_needles": 9}, "n_needles"),
     ({"distractor_similarity": 1.5}, "distractor_similarity"),
     ({"needle_span": [0.7, 0.2]}, "needle_span"),
+    ({"needle_span": [0.2, 0.3], "needle_frames": 4}, "needle_span"),
     ({"frames": 4}, "frames"),
     ({"colour": "red"}, "unknown keys"),
     ({"grid": [2, 2]}, "grid"),

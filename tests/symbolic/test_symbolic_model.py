@@ -1,6 +1,7 @@
 """The symbolic family against the contract the other families are held to (tests/models): streaming a glyph video
 chunk by chunk equals the language model reading the same text in one forward pass; positions are 1-D and
-sequential; questions leave the memory unchanged; compression runs on it."""
+sequential (the diagonal layout, an option, moves a frame by one position); questions leave the memory unchanged;
+compression runs on it."""
 
 from __future__ import annotations
 
@@ -74,3 +75,16 @@ def test_tar_van_pool_compresses_the_glyph_stream(symbolic):
     passes = [t.compress for t in s.trace if t.compress]
     assert len(passes) >= 3 and all(p.tokens_after == s.n_keep for p in passes)
     assert torch.isfinite(s.ask(PROMPT, max_new_tokens=3).first_logprobs).all()
+
+
+def test_the_diagonal_layout_moves_an_unchanged_glyph_by_one_position_per_frame(symbolic):
+    frames, _ = text_frames(symbolic, LINES[:3])
+    sequential = symbolic.encode_frames(frames, first_frame=5, fps=2.0, video_start=10).positions.view(3, 12)
+    symbolic.positions = "diagonal"
+    try:
+        diagonal = symbolic.encode_frames(frames, first_frame=5, fps=2.0, video_start=10).positions.view(3, 12)
+    finally:
+        symbolic.positions = "sequential"
+    slots = torch.arange(12)
+    assert torch.equal(sequential, 10 + torch.arange(5, 8).unsqueeze(1) * 12 + slots)
+    assert torch.equal(diagonal, 10 + torch.arange(5, 8).unsqueeze(1) + slots)
