@@ -126,8 +126,6 @@ def _metrics(bench: Benchmark, records: list[dict], cfg: RunConfig, parts_info: 
         "memory": {
             "peak_cache_tokens": max((s["total_tokens"] for s in steps), default=0),
             "peak_video_tokens": max((s["video_tokens"] for s in steps), default=0),
-            # what the memory held on average after a step: under a byte cap, int4 holds fewer tokens than |M| says
-            "mean_video_tokens": float(np.mean([s["video_tokens"] for s in steps])) if steps else 0.0,
             "peak_cache_bytes": max((s["cache_bytes"] for s in steps), default=0),
             "peak_memory_bytes": max((s["peak_memory_bytes"] for s in steps), default=0),
             "frames": sum(max(s["frames_seen"] for s in steps if s["video_id"] == v) for v in {s["video_id"] for s in steps}),
