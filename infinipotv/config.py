@@ -91,7 +91,9 @@ class QuantConfig:
 
     name: str = "fp16"
     bits: int = 16  # 16 = full precision; 2/4/8 = KIVI
-    dtype: str = "auto"  # full-precision dtype (and KIVI scale/zero/residual dtype); auto = the model's
+    # full-precision dtype (and KIVI scale/zero/residual dtype); auto = the model's, but 16-bit for KIVI on a
+    # float32 model (infinipotv.kv.accounting.storage_dtype)
+    dtype: str = "auto"
     group_size: int = 32
     residual_length: int = 128
 

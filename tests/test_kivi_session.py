@@ -17,8 +17,8 @@ def test_cache_bytes_stay_under_the_byte_budget(tmp_path, quant):
     run = tmp_path / quant
     out = run_py(
         "model=tiny_qwen2vl", "model.max_frames=400", "compress=tar_van_pool", "compress.budget=null",
-        "compress.budget_mib=0.1", f"quant={quant}", "quant.residual_length=32", "benchmark=symbolic",
-        f"benchmark.root={tmp_path / 'data'}", "benchmark.options.n_videos=2", "benchmark.options.frames=200",
+        "compress.budget_mib=0.06", f"quant={quant}", "quant.residual_length=32", "benchmark=symbolic",
+        f"benchmark.root={tmp_path / 'data'}", "benchmark.options.n_videos=2", "benchmark.options.frames=400",
         "eval.chunk_frames=8", f"run_dir={run}",
     )
     assert out.returncode == 0, out.stderr
@@ -26,7 +26,7 @@ def test_cache_bytes_stay_under_the_byte_budget(tmp_path, quant):
     steps = lines(run / "memory.jsonl")
     passes = [s for s in steps if s["compress"]]
     assert passes, "the stream never reached the budget"
-    assert metrics["budget_bytes"] <= 0.1 * 2**20
+    assert metrics["budget_bytes"] <= 0.06 * 2**20
     assert all(s["cache_bytes"] <= metrics["budget_bytes"] for s in steps)
     assert all(s["cache_bytes"] == sum(s["cache_bytes_by_part"].values()) == sum(s["layer_bytes"]) for s in steps)
     if quant != "fp16":
@@ -34,5 +34,5 @@ def test_cache_bytes_stay_under_the_byte_budget(tmp_path, quant):
     extra = [s["compress"]["passes"] > 1 for s in passes]
     if quant == "fp16":
         assert not any(extra)
-    if quant == "int4":  # this stream thins int4 key groups past the formula (0.3% over before the cap existed)
+    if quant == "int4":  # this long stream thins int4 key groups past the formula: the cap acts
         assert any(extra)

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 
 from infinipotv.config import QuantConfig
-from infinipotv.kv.accounting import DTYPES, Storage, cache_bytes, tokens_for_bytes
+from infinipotv.kv.accounting import Storage, cache_bytes, storage_dtype, tokens_for_bytes
 from infinipotv.kv.cache import StreamCache
 from infinipotv.kv.kivi import KiviStore
 from infinipotv.kv.store import FullPrecisionStore, KVStore
@@ -20,7 +20,7 @@ def make_store_factory(quant: QuantConfig, model_dtype: torch.dtype) -> tuple[Ca
     """A zero-argument store constructor for the configured storage (one store per layer per video), and the
     :class:`Storage` that describes it for byte accounting."""
     storage = Storage.from_config(quant, model_dtype)
-    dtype = model_dtype if quant.dtype == "auto" else DTYPES[quant.dtype]
+    dtype = storage_dtype(quant, model_dtype)
     if storage.quantized:
         return (lambda: KiviStore(quant.bits, quant.group_size, quant.residual_length, dtype)), storage
     return (lambda: FullPrecisionStore(dtype)), storage

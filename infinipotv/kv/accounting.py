@@ -63,14 +63,26 @@ class Storage:
 
     @classmethod
     def from_config(cls, quant: Any, model_dtype: torch.dtype, position_bytes: int = 4) -> "Storage":
-        """From a ``QuantConfig`` (``bits``, ``dtype``, ``group_size``, ``residual_length``); ``dtype: auto`` means
-        ``model_dtype``. Full precision stores keys/values at that dtype's width."""
-        dtype = model_dtype if quant.dtype == "auto" else DTYPES.get(quant.dtype)
-        if dtype is None:
-            raise ValueError(f"quant.dtype={quant.dtype!r}: use auto or one of {sorted(DTYPES)}")
-        width = torch.empty(0, dtype=dtype).element_size()
+        """From a ``QuantConfig`` (``bits``, ``dtype``, ``group_size``, ``residual_length``), the dtype resolved by
+        :func:`storage_dtype`. Full precision stores keys/values at that dtype's width."""
+        width = torch.empty(0, dtype=storage_dtype(quant, model_dtype)).element_size()
         bits = 8 * width if quant.bits in FULL_PRECISION_BITS else quant.bits
         return cls(bits, quant.group_size, quant.residual_length, width, position_bytes)
+
+
+def storage_dtype(quant: Any, model_dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the stored full-precision parts (keys/values; KIVI's scale/zero and residual window).
+
+    ``quant.dtype: auto`` is the model's dtype, except that KIVI keeps 16-bit scale/zero and window when the model
+    runs in float32 (CPU runs): the 2-byte scale/zero of the byte figures, and an equal-bytes comparison with
+    ``quant=fp16`` that does not pay twice for INT4's window."""
+    if quant.dtype != "auto":
+        if quant.dtype not in DTYPES:
+            raise ValueError(f"quant.dtype={quant.dtype!r}: use auto or one of {sorted(DTYPES)}")
+        return DTYPES[quant.dtype]
+    if quant.bits in BITS and model_dtype == torch.float32:
+        return torch.float16
+    return model_dtype
 
 
 @dataclass(frozen=True)
