@@ -32,7 +32,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 P = TypeVar("P", bound=type["Policy"])
-LOW_PRECISION = (torch.float16, torch.bfloat16, torch.float32)  # what a ``reads_any_float`` policy may be given
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # what a ``reads_any_float`` policy may be given
 
 
 def register(name: str) -> Callable[[P], P]:
@@ -159,7 +159,7 @@ class Policy:
                 f"policy {self.name!r} never evicts: do not compress with it (n_keep={n_keep} < T={n_tokens})"
             )
         layout = FrameLayout(layout.token_ids.to(keys.device), layout.grid)
-        if not (self.reads_any_float and keys.dtype in LOW_PRECISION and values.dtype in LOW_PRECISION):
+        if not (self.reads_any_float and keys.dtype in FLOAT_DTYPES and values.dtype in FLOAT_DTYPES):
             keys, values = keys.float(), values.float()
         kept = self.keep(keys, values, layout, n_keep, layer, n_layers).long()
         if kept.shape != (heads, n_keep) or bool(((kept < 0) | (kept >= n_tokens)).any()):

@@ -61,10 +61,6 @@ class Answer:
     reference: "Answer | None" = None  # the same question answered from the uncompressed cache, when enabled
 
 
-def _total(by_layer: list[dict[str, int]]) -> int:
-    return sum(sum(parts.values()) for parts in by_layer)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -152,9 +148,8 @@ class StreamingSession:
         self.frames_encoded += len(frames)
         self.vision_tokens += chunk.embeds.shape[0]
         self.next_position = max(self.next_position, int(chunk.positions.max()) + 1)
-        by_layer = self.cache.nbytes_by_layer()
-        record = self._compress() if self._full(by_layer) else None
-        self._record(encode_s, record, by_layer if record is None else None)
+        record = self._compress() if self._full() else None
+        self._record(encode_s, record)
 
     def _check_chunk(self, chunk: VisionChunk) -> None:
         if self.grid is None:
@@ -178,13 +173,17 @@ class StreamingSession:
         """Vision tokens per layer per KV head now in the cache."""
         return self.cache.committed_length() - self.prefix_len
 
-    def _full(self, by_layer: list[dict[str, int]]) -> bool:
+    def _full(self) -> bool:
         """Whether the memory must be compressed now (after a chunk's prefill, as for tokens): |M| video tokens, or
-        more bytes than a byte cap."""
+        more bytes than a byte cap (measured only when there is one)."""
         if self.policy is None:
             return False
-        over_bytes = self.byte_cap is not None and _total(by_layer) > self.byte_cap.cap
-        return self.video_tokens >= self.budget or over_bytes
+        if self.video_tokens >= self.budget:
+            return True
+        return self.byte_cap is not None and self._held_bytes() > self.byte_cap.cap
+
+    def _held_bytes(self) -> int:
+        return sum(self.cache.nbytes().values())
 
     @torch.inference_mode()
     def _compress(self) -> CompressRecord:
@@ -197,8 +196,7 @@ class StreamingSession:
         while n_keep >= 1:
             self._pass(n_keep)
             passes += 1
-            held = _total(self.cache.nbytes_by_layer())
-            if self.byte_cap is None or held <= self.byte_cap.after_pass:
+            if self.byte_cap is None or (held := self._held_bytes()) <= self.byte_cap.after_pass:
                 break
             n_keep = min(self.video_tokens - 1, self.video_tokens * self.byte_cap.after_pass // held)
         _sync(self.adapter.device)
@@ -216,9 +214,8 @@ class StreamingSession:
             prefix = torch.arange(p, device=kept.device).expand(kept.shape[0], p)
             store.keep(torch.cat([prefix, kept + p], dim=1))
 
-    def _record(self, encode_s: float, record: CompressRecord | None,
-                by_layer: list[dict[str, int]] | None = None) -> None:
-        by_layer = by_layer if by_layer is not None else self.cache.nbytes_by_layer()
+    def _record(self, encode_s: float, record: CompressRecord | None) -> None:
+        by_layer = self.cache.nbytes_by_layer()
         parts = self.cache.nbytes(by_layer)
         self.trace.append(
             TraceStep(
