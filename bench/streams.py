@@ -1,9 +1,10 @@
 """One measured stream through the real session: the runner behind the memory, overhead and first-token benches.
 
 A stream is fed chunk by chunk from a :class:`~bench.common.FrameStream` until a number of vision tokens has gone
-in; after every chunk the runner records the memory trace (cache bytes as the stores hold them, the analytic
-figure of :mod:`infinipotv.kv.accounting` for the same tokens, peak and current process/device memory) and the time
-of the step. At the stream lengths named as checkpoints it can ask a question and time the first answer token.
+in; after every chunk the runner records the memory trace (cache bytes as the stores hold them; two analytic figures
+of :mod:`infinipotv.kv.accounting`: the published one for the same tokens, full key groups and the largest window,
+and the same rates applied to the layout the stores really hold; peak and current process/device memory) and the
+time of the step. At the stream lengths named as checkpoints it can ask a question and time the first answer token.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from bench.common import PAPER_BUDGET, PAPER_C_RATIO, FrameStream, PeakProbe, quant_config, session, sync
 from infinipotv.config import QuantConfig
-from infinipotv.kv.accounting import Storage, cache_bytes
+from infinipotv.kv.accounting import Layout, Storage, cache_bytes, layout_bytes
 from infinipotv.models import ModelAdapter
 from infinipotv.stream.session import StreamingSession
 
@@ -73,7 +74,7 @@ def run_stream(
         sess.peak = peak
     storage = Storage.from_config(spec.quant(quant), adapter.dtype)
     shape = (adapter.n_layers, adapter.n_kv_heads, adapter.head_dim)
-    before_pass = _bytes_before_each_pass(sess)
+    before_pass = _bytes_before_each_pass(sess) if probe else {}
     sess.start("bench")
     baseline = peak.current()
     frames = FrameStream(*spec.frame_hw, n_frames=10**9, chunk=spec.chunk_frames, glyph_patch=spec.glyph_patch)
@@ -90,9 +91,10 @@ def run_stream(
         steps.append({
             "streamed_tokens": sess.vision_tokens, "video_tokens": trace.video_tokens,
             "total_tokens": trace.total_tokens, "cache_bytes": trace.cache_bytes,
-            "cache_bytes_before_pass": before_pass.pop() if trace.compress else None,
+            "cache_bytes_before_pass": before_pass.get(trace.step),
             "cache_bytes_by_part": trace.cache_bytes_by_part,
             "analytic_bytes": cache_bytes(trace.total_tokens, *shape, storage),
+            "layout_bytes": held_layout_bytes(sess, adapter.head_dim),
             "peak_bytes": trace.peak_memory_bytes, "current_bytes": peak.current(),
             "seconds": seconds, "encode_seconds": trace.encode_seconds,
             "compress_seconds": trace.compress.seconds if trace.compress else 0.0, "pass": trace.compress is not None,
@@ -112,18 +114,37 @@ def run_stream(
     }
 
 
-def _bytes_before_each_pass(sess: StreamingSession) -> list[int]:
-    """Instrument the session so that the cache's bytes just before each compression pass (its largest moment,
-    |M| plus most of a chunk) are recorded too: the trace holds the state after the pass."""
-    seen: list[int] = []
-    compress = sess._compress
+def held_layout_bytes(sess: StreamingSession, head_dim: int) -> float:
+    """The analytic bytes of what the stores hold now: their counts (tokens, window, live key groups, heads; read
+    on the host) at their own widths, bookkeeping included. The measured bytes exceed it only by the stores'
+    padding, where :func:`~infinipotv.kv.accounting.cache_bytes` also differs by thinned key groups and the window."""
+    stores = sess.cache.stores
+    layout = sum((store.layout() for store in stores), Layout(0))
+    return sum(layout_bytes(layout, head_dim, stores[0].storage()).values())
 
-    def measured() -> Any:
-        seen.append(sum(sess.cache.nbytes().values()))
-        return compress()
 
-    sess._compress = measured
-    return seen
+def _bytes_before_each_pass(sess: StreamingSession) -> dict[int, int]:
+    """Instrument the session so that the first pass of each step records, by trace step, the bytes of every layer
+    just before that layer is compressed: their sum is the cache with the chunk in every layer, its largest moment
+    (a bound: the pass compresses each layer as soon as the forward is done with it, so the layers never all hold
+    the chunk at once). The trace holds the state after the pass. One ``nbytes()`` per layer, host-side."""
+    before: dict[int, int] = {}
+    layer_pass = sess._layer_pass
+
+    def measured(n_keep: int) -> Any:
+        compress, step = layer_pass(n_keep), len(sess.trace)
+        first = step not in before
+        before.setdefault(step, 0)
+
+        def run(layer: int, *kv: torch.Tensor) -> None:
+            if first:
+                before[step] += sum(sess.cache.stores[layer].nbytes().values())
+            compress(layer, *kv)
+
+        return run
+
+    sess._layer_pass = measured
+    return before
 
 
 def _checkpoint(sess: StreamingSession, multiple: float, steps: list[dict[str, Any]], peak: PeakProbe,
@@ -133,6 +154,7 @@ def _checkpoint(sess: StreamingSession, multiple: float, steps: list[dict[str, A
         "multiple": multiple, "streamed_tokens": sess.vision_tokens, "video_tokens": sess.video_tokens,
         "peak_bytes": peak.read(), "peak_cache_bytes": max(max_cache_bytes(s) for s in steps),
         "cache_bytes": steps[-1]["cache_bytes"], "analytic_bytes": steps[-1]["analytic_bytes"],
+        "layout_bytes": steps[-1]["layout_bytes"],
     }
     if answer_tokens:
         device = sess.adapter.device

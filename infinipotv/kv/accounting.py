@@ -11,6 +11,11 @@ At D = 128, G = 32, s = 2: INT4 = 64 + 64 + 16 + 16 = 160 B, INT2 = 96 B, FP16 =
 (after eviction a group with n survivors costs ``D * 2 * s / n`` per survivor) and a residual window counted apart.
 :func:`cache_bytes` and :func:`tokens_for_bytes` count that window at full precision; the measured side
 (:func:`sum_parts` over ``store.nbytes()``) counts everything the tensors really occupy.
+
+Every figure here multiplies the same per-part :class:`Rates` by counts (a :class:`Layout`): :func:`layout_bytes`
+applies them to the counts a store really holds (``store.layout()``: thinned key groups, the window as it is), so
+that the measured bytes minus the store's padding equal it part for part; :func:`cache_bytes` is the special case
+of full key groups and the largest window, the published figure.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ class Storage:
     ``bits``: 16/32 = full precision, 2/4/8 = KIVI codes. ``scale_bytes``: width of one KIVI scale or zero (and of the
     residual window's elements); 2 for fp16/bf16. ``position_bytes``: the stored stream id per token per head
     (4 = int32, 0 to leave it out). ``group_count_bytes``: the store's survivors-per-key-group counter (2 in
-    :class:`~infinipotv.kv.kivi.KiviStore`), 0 by default because the published figure leaves it out.
+    :class:`~infinipotv.kv.kivi.KiviStore`) and ``length_bytes``: its quantized-token count per head (8), both 0 by
+    default because the published figure leaves them out (``store.storage()`` gives a store's own widths).
     """
 
     bits: int = 16
@@ -43,6 +49,7 @@ class Storage:
     scale_bytes: int = 2
     position_bytes: int = 4
     group_count_bytes: int = 0
+    length_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.bits not in BITS + FULL_PRECISION_BITS:
@@ -86,6 +93,45 @@ def storage_dtype(quant: Any, model_dtype: torch.dtype) -> torch.dtype:
 
 
 @dataclass(frozen=True)
+class Rates:
+    """Analytic bytes of each thing a store holds, per KV head: the one source every figure here multiplies.
+
+    ``codes`` and ``value_scale_zero``: per token outside the full-precision window (under full precision ``codes``
+    is the keys and values themselves); ``key_scale_zero`` and ``group_count``: per live key group (one row of D
+    scales and D zeros, one survivor count); ``residual``: per token in KIVI's window (keys + values at the
+    scale/zero width); ``position``: per token; ``length``: per head.
+    """
+
+    codes: float
+    value_scale_zero: float
+    key_scale_zero: float
+    group_count: float
+    residual: float
+    position: float
+    length: float
+
+
+def rates(head_dim: int, storage: Storage) -> Rates:
+    """The per-part rates of ``storage`` at ``head_dim`` (see the module docstring)."""
+    d, s = head_dim, storage.scale_bytes
+    if not storage.quantized:
+        return Rates(2 * d * storage.bits / 8, 0.0, 0.0, 0.0, 2 * d * s, storage.position_bytes, storage.length_bytes)
+    if d % storage.group_size:
+        raise ValueError(
+            f"head_dim={d} must be a multiple of group_size={storage.group_size} (values are grouped over channels)"
+        )
+    return Rates(
+        codes=2 * d * storage.bits / 8,
+        value_scale_zero=d / storage.group_size * 2 * s,
+        key_scale_zero=d * 2 * s,
+        group_count=storage.group_count_bytes,
+        residual=2 * d * s,
+        position=storage.position_bytes,
+        length=storage.length_bytes,
+    )
+
+
+@dataclass(frozen=True)
 class TokenBytes:
     """Analytic bytes per token per KV head, by part (full precision puts everything in ``codes``)."""
 
@@ -101,36 +147,73 @@ class TokenBytes:
 
 
 def bytes_per_token(head_dim: int, storage: Storage) -> TokenBytes:
-    """Bytes per token per KV head under ``storage`` with full key groups (see the module docstring)."""
-    d, g, s = head_dim, storage.group_size, storage.scale_bytes
-    if not storage.quantized:
-        return TokenBytes(2 * d * storage.bits / 8, 0.0, 0.0, storage.position_bytes, 0.0)
-    if d % g:
-        raise ValueError(f"head_dim={d} must be a multiple of group_size={g} (values are grouped over channels)")
-    return TokenBytes(
-        codes=2 * d * storage.bits / 8,
-        value_scale_zero=d / g * 2 * s,
-        key_scale_zero=d * 2 * s / g,
-        positions=storage.position_bytes,
-        key_groups=storage.group_count_bytes / g,
-    )
+    """Bytes per token per KV head under ``storage`` with full key groups: a group's rates shared by its G tokens."""
+    r, g = rates(head_dim, storage), storage.group_size
+    return TokenBytes(r.codes, r.value_scale_zero, r.key_scale_zero / g, r.position, r.group_count / g)
 
 
 def full_precision_bytes_per_token(head_dim: int, storage: Storage) -> float:
     """A residual-window token: keys + values at the scale/zero width (the activation dtype), plus its position."""
-    return 2 * head_dim * storage.scale_bytes + storage.position_bytes
+    r = rates(head_dim, storage)
+    return r.residual + r.position
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a cache holds, counted over its heads (and layers): the counts that :func:`layout_bytes` multiplies.
+
+    ``tokens``: tokens held (each with a position); ``residual``: those of them in KIVI's full-precision window (the
+    rest are codes; 0 under full precision, where every token is stored as it is); ``key_groups``: live key groups;
+    ``heads``: KV heads (per-head bookkeeping). :func:`full_groups` gives the counts the published figure assumes
+    (fractional groups there: a group's rows amortised over its G tokens); a store's ``layout()``, the ones it holds.
+    """
+
+    tokens: float
+    residual: float = 0
+    key_groups: float = 0
+    heads: int = 0
+
+    def __add__(self, other: "Layout") -> "Layout":
+        """Two stores' (layers') counts together."""
+        return Layout(self.tokens + other.tokens, self.residual + other.residual,
+                      self.key_groups + other.key_groups, self.heads + other.heads)
+
+
+def full_groups(tokens: int, heads: int, storage: Storage) -> Layout:
+    """The layout the published figure assumes for ``tokens`` per head in ``heads`` heads: KIVI's window at its
+    largest (``min(tokens, R + G - 1)``) and every other token in a full key group."""
+    fp = min(tokens, storage.window)
+    groups = heads * (tokens - fp) / storage.group_size if storage.quantized else 0
+    return Layout(heads * tokens, heads * fp, groups, heads)
+
+
+def layout_bytes(layout: Layout, head_dim: int, storage: Storage) -> dict[str, float]:
+    """Analytic bytes of ``layout`` by part, named as the store's ``nbytes()`` names them (less its ``padding``):
+    :class:`~infinipotv.kv.kivi.KiviStore` under KIVI, :class:`~infinipotv.kv.store.FullPrecisionStore` otherwise.
+
+    This is the spec's accounting applied to the counts a cache really holds: with a store's ``layout()`` and
+    ``storage()`` it equals what the store's tensors occupy, padding excepted, so the two can only differ by waste."""
+    r = rates(head_dim, storage)
+    stored = layout.tokens - layout.residual  # codes under KIVI; keys and values as they are under full precision
+    positions = layout.tokens * r.position
+    if not storage.quantized:
+        return {"keys": stored * r.codes / 2, "values": stored * r.codes / 2, "positions": positions}
+    return {
+        "key_codes": stored * r.codes / 2,
+        "value_codes": stored * r.codes / 2,
+        "key_scale_zero": layout.key_groups * r.key_scale_zero,
+        "value_scale_zero": stored * r.value_scale_zero,
+        "bookkeeping": layout.key_groups * r.group_count + layout.heads * r.length,
+        "residual": layout.residual * r.residual,
+        "positions": positions,
+    }
 
 
 def cache_bytes(tokens: int, n_layers: int, n_kv_heads: int, head_dim: int, storage: Storage) -> float:
-    """Analytic bytes of a whole-model cache holding ``tokens`` per head per layer.
-
-    Under KIVI the newest ``min(tokens, R + G - 1)`` tokens (the largest the window gets) are counted at full
-    precision and the rest at the full-group rate of :func:`bytes_per_token`.
-    """
-    fp = min(tokens, storage.window)
-    per_head = fp * full_precision_bytes_per_token(head_dim, storage)
-    per_head += (tokens - fp) * bytes_per_token(head_dim, storage).total
-    return n_layers * n_kv_heads * per_head
+    """Analytic bytes of a whole-model cache holding ``tokens`` per head per layer: :func:`layout_bytes` of
+    :func:`full_groups` (under KIVI the newest ``min(tokens, R + G - 1)`` tokens at full precision, the rest at the
+    full-group rate of :func:`bytes_per_token`)."""
+    return sum(layout_bytes(full_groups(tokens, n_layers * n_kv_heads, storage), head_dim, storage).values())
 
 
 def tokens_for_bytes(budget_bytes: float, n_layers: int, n_kv_heads: int, head_dim: int, storage: Storage) -> int:
@@ -143,6 +226,7 @@ def tokens_for_bytes(budget_bytes: float, n_layers: int, n_kv_heads: int, head_d
     if budget_bytes <= 0:
         raise ValueError(f"budget_bytes={budget_bytes} must be positive")
     heads = n_layers * n_kv_heads
+    budget_bytes -= heads * rates(head_dim, storage).length
     fp_rate = full_precision_bytes_per_token(head_dim, storage)
     rate = bytes_per_token(head_dim, storage).total
     window = storage.window

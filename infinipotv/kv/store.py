@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from infinipotv.kv.accounting import Layout, Storage
+
 POSITION_DTYPE = torch.int32  # one stored id per token per head: the "4 B pos" of the byte accounting
 
 
@@ -73,6 +75,16 @@ class KVStore(ABC):
         """Bytes the store's tensors really occupy, by part (e.g. ``keys``, ``values``, ``positions``)."""
 
     @abstractmethod
+    def layout(self) -> Layout:
+        """The counts the store holds (tokens, window, live key groups, heads), read on the host: priced at
+        :meth:`storage` by :func:`~infinipotv.kv.accounting.layout_bytes`, they give :meth:`nbytes` less its
+        padding, so the two differ by nothing but the waste of the store's layout."""
+
+    @abstractmethod
+    def storage(self) -> Storage:
+        """How this store holds a token (its widths, bookkeeping included), once its dtype is known."""
+
+    @abstractmethod
     def __len__(self) -> int:
         """Tokens per head."""
 
@@ -119,6 +131,16 @@ class FullPrecisionStore(KVStore):
             "values": self._values.nbytes,
             "positions": self._ids.nbytes,
         }
+
+    def layout(self) -> Layout:
+        return Layout(0) if self._keys is None else Layout(self._keys.shape[0] * self._keys.shape[1],
+                                                           heads=self._keys.shape[0])
+
+    def storage(self) -> Storage:
+        dtype = self.dtype if self._keys is None else self._keys.dtype
+        if dtype is None:
+            raise RuntimeError("storage() on a FullPrecisionStore with no dtype yet: pass dtype or append tokens first")
+        return Storage(8 * dtype.itemsize, scale_bytes=dtype.itemsize, position_bytes=POSITION_DTYPE.itemsize)
 
     def __len__(self) -> int:
         return 0 if self._keys is None else self._keys.shape[1]

@@ -2,7 +2,9 @@
 
 One session streams one video at a time. ``feed`` encodes a chunk of frames and prefills it into the cache with
 causal positions; when the video part of the cache holds |M| (``budget``) tokens or more, every layer is compressed to
-|C| = c_ratio * |M| tokens per KV head by the policy. A budget given in bytes (:class:`ByteCap`) is also held on the
+|C| = c_ratio * |M| tokens per KV head by the policy. The pass a chunk triggers runs on each layer as soon as that
+chunk's forward is done with the layer (:meth:`StreamCache.after_attention`), on the keys and values attention just
+read: the same memory as a pass after the forward, without dequantizing a KIVI cache twice. A budget given in bytes (:class:`ByteCap`) is also held on the
 bytes the cache really occupies, which KIVI's partially evicted key groups can push past the formula. ``ask``
 answers on the current memory in the cache's transient mode, so the question and answer are gone afterwards and the
 memory never depends on a question.
@@ -11,8 +13,9 @@ memory never depends on a question.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -64,6 +67,33 @@ class Answer:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@dataclass
+class _PassClock:
+    """Compression time within one step (synchronised on a GPU around each timed call) and the passes made."""
+
+    device: torch.device
+    seconds: float = 0.0
+    passes: int = 0
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        _sync(self.device)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            _sync(self.device)
+            self.seconds += time.perf_counter() - t0
+
+    def timing(self, fn: Callable[..., None]) -> Callable[..., None]:
+        """``fn`` timed on every call (each layer of a pass made during the forward)."""
+        def timed_fn(*args: object) -> None:
+            with self.timed():
+                fn(*args)
+
+        return timed_fn
 
 
 class StreamingSession:
@@ -141,15 +171,26 @@ class StreamingSession:
         t0 = time.perf_counter()
         chunk = a.encode_frames(frames, self.frames_encoded, self._fps, self.video_start)
         self._check_chunk(chunk)
-        ids = torch.arange(self.vision_tokens, self.vision_tokens + chunk.embeds.shape[0])
-        self._prefill(chunk.embeds, chunk.positions, ids)
+        n = chunk.embeds.shape[0]
+        ids = torch.arange(self.vision_tokens, self.vision_tokens + n)
+        before = self.video_tokens + n
+        clock = _PassClock(a.device)
+        if self.policy is not None and before >= self.budget:
+            # the chunk brings the video part to |M|: each layer is compressed as soon as its forward is done with it
+            with self.cache.after_attention(clock.timing(self._layer_pass(min(self.n_keep, before - 1)))):
+                self._prefill(chunk.embeds, chunk.positions, ids)
+            clock.passes += 1
+        else:
+            self._prefill(chunk.embeds, chunk.positions, ids)
+        self._hold_byte_cap(clock)
         _sync(a.device)
-        encode_s = time.perf_counter() - t0
+        step_s = time.perf_counter() - t0
         self.frames_encoded += len(frames)
-        self.vision_tokens += chunk.embeds.shape[0]
+        self.vision_tokens += n
         self.next_position = max(self.next_position, int(chunk.positions.max()) + 1)
-        record = self._compress() if self._full() else None
-        self._record(encode_s, record)
+        record = (CompressRecord(tokens_before=before, tokens_after=self.video_tokens, seconds=clock.seconds,
+                                 passes=clock.passes) if clock.passes else None)
+        self._record(step_s - clock.seconds, record)
 
     def _check_chunk(self, chunk: VisionChunk) -> None:
         if self.grid is None:
@@ -173,46 +214,52 @@ class StreamingSession:
         """Vision tokens per layer per KV head now in the cache."""
         return self.cache.committed_length() - self.prefix_len
 
-    def _full(self) -> bool:
-        """Whether the memory must be compressed now (after a chunk's prefill, as for tokens): |M| video tokens, or
-        more bytes than a byte cap (measured only when there is one)."""
-        if self.policy is None:
-            return False
-        if self.video_tokens >= self.budget:
-            return True
-        return self.byte_cap is not None and self._held_bytes() > self.byte_cap.cap
-
     def _held_bytes(self) -> int:
         return sum(self.cache.nbytes().values())
 
-    @torch.inference_mode()
-    def _compress(self) -> CompressRecord:
-        """Compress every layer to |C| video tokens per head; under a byte cap, keep fewer while the cache's bytes
-        exceed ``after_pass`` (each further pass runs the same policy on the memory the previous one left)."""
-        _sync(self.adapter.device)
-        t0 = time.perf_counter()
-        before, passes = self.video_tokens, 0
-        n_keep = min(self.n_keep, before - 1)
-        while n_keep >= 1:
-            self._pass(n_keep)
-            passes += 1
-            if self.byte_cap is None or (held := self._held_bytes()) <= self.byte_cap.after_pass:
-                break
-            n_keep = min(self.video_tokens - 1, self.video_tokens * self.byte_cap.after_pass // held)
-        _sync(self.adapter.device)
-        return CompressRecord(tokens_before=before, tokens_after=self.video_tokens, seconds=time.perf_counter() - t0,
-                              passes=passes)
+    def _hold_byte_cap(self, clock: "_PassClock") -> None:
+        """Under a byte cap: compress when the step left more than ``cap`` bytes and no pass has run, then keep
+        fewer tokens while the last pass left more than ``after_pass`` (each further pass runs the same policy on
+        the memory the previous one left). Measured only when there is a cap."""
+        cap = self.byte_cap
+        if cap is None or self.policy is None:
+            return
+        held = self._held_bytes()
+        if not clock.passes and held <= cap.cap:
+            return
+        n_keep = self.n_keep
+        while not clock.passes or held > cap.after_pass:
+            if clock.passes:
+                n_keep = self.video_tokens * cap.after_pass // held
+            n_keep = min(n_keep, self.video_tokens - 1)
+            if n_keep < 1:
+                return
+            with clock.timed():
+                self._pass(n_keep)
+                held = self._held_bytes()
+            clock.passes += 1
 
+    @torch.inference_mode()
     def _pass(self, n_keep: int) -> None:
-        """One pass on every layer: keep the prefix and the policy's ``n_keep`` video tokens per head."""
-        p, n_layers = self.prefix_len, self.adapter.n_layers
+        """One pass over every layer after the forward (the byte cap's): each store read again."""
+        compress = self._layer_pass(n_keep)
         for layer, store in enumerate(self.cache.stores):
-            keys, values = store.dequantized()
-            ids = store.token_ids()
-            layout = FrameLayout(token_ids=ids[:, p:].long(), grid=self.grid)
+            compress(layer, *store.dequantized())
+
+    def _layer_pass(self, n_keep: int) -> Callable[[int, torch.Tensor, torch.Tensor], None]:
+        """Compress one layer, given the keys and values its store holds: keep the prefix and the policy's
+        ``n_keep`` video tokens per head."""
+        p, n_layers = self.prefix_len, self.adapter.n_layers
+
+        @torch.inference_mode()
+        def compress(layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+            store = self.cache.stores[layer]
+            layout = FrameLayout(token_ids=store.token_ids()[:, p:].long(), grid=self.grid)
             kept = self.policy(keys[:, p:], values[:, p:], layout, n_keep, layer, n_layers)
             prefix = torch.arange(p, device=kept.device).expand(kept.shape[0], p)
             store.keep(torch.cat([prefix, kept + p], dim=1))
+
+        return compress
 
     def _record(self, encode_s: float, record: CompressRecord | None) -> None:
         by_layer = self.cache.nbytes_by_layer()

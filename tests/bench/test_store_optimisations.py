@@ -96,17 +96,19 @@ def _even_kivi(bits: int, dtype: torch.dtype, seed: int) -> KiviStore:
 
 
 def _plain_dequantized(store: KiviStore) -> tuple[torch.Tensor, torch.Tensor]:
-    """Head by head: codes unpacked, each token's key group found by walking the counts, then the residual."""
+    """Head by head: codes unpacked, each token's key group found by walking the counts (its row: the head's first
+    in the flat key scale/zero rows, plus the group), then the residual (from the head's first in the flat window)."""
     heads, g = [], store.group_size
     for h in range(store._ids.shape[0]):
-        nq = int(store._nq[h])
-        group = torch.repeat_interleave(torch.arange(store._k_count.shape[1]), store._k_count[h].long())[:nq]
+        nq, first = int(store._nq[h]), int(store.n_key_groups[:h].sum())
+        group = first + torch.repeat_interleave(torch.arange(store._k_count.shape[1]), store._k_count[h].long())[:nq]
         qk = unpack_codes(store._k_codes[h, :nq], store.bits, store.dtype)
-        keys = qk.mul_(store._k_scale[h, group]).add_(store._k_zero[h, group])
+        keys = qk.mul_(store._k_scale[group]).add_(store._k_zero[group])
         qv = unpack_codes(store._v_codes[h, :nq], store.bits, store.dtype).view(nq, -1, g)
         values = qv.mul_(store._v_scale[h, :nq].unsqueeze(-1)).add_(store._v_zero[h, :nq].unsqueeze(-1)).view(nq, -1)
-        nr = len(store) - nq
-        heads.append((torch.cat([keys, store._res_k[h, :nr]]), torch.cat([values, store._res_v[h, :nr]])))
+        nr, start = len(store) - nq, int(store.n_residual[:h].sum())
+        window = slice(start, start + nr)
+        heads.append((torch.cat([keys, store._res_k[window]]), torch.cat([values, store._res_v[window]])))
     return torch.stack([k for k, _ in heads]), torch.stack([v for _, v in heads])
 
 
@@ -151,6 +153,72 @@ def _check_keep(store: KiviStore) -> None:
         assert torch.equal(got_v, values.gather(1, idx.unsqueeze(-1).expand(-1, -1, 16)))
         assert torch.equal(store.token_ids(), ids.gather(1, idx))
         assert torch.equal(store._k_count.long().sum(1), store.n_quantized)
+
+
+# -- the flat parts (key scale/zero rows, full-precision window: issue "int4 cache bytes within 2% of the analytic
+# -- formula"): each head's rows laid one head after another instead of padded to the longest head.
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("residual_length", [0, 13])
+def test_flat_parts_equal_one_store_per_head(bits: int, dtype: torch.dtype, residual_length: int) -> None:
+    """A store of 3 heads that evict differently holds, head by head, what a one-head store fed the same tokens and
+    kept indices holds (a one-head store has nothing to pad): the same codes, value scale/zero, key scale/zero rows,
+    survivor counts, window, dequantized keys/values and ids, bit for bit, after every append and keep."""
+    gen, heads, next_id, ragged = torch.Generator().manual_seed(bits * 31 + residual_length), 3, 0, [False, False]
+    store = KiviStore(bits, group_size=8, residual_length=residual_length, dtype=dtype)
+    alone = [KiviStore(bits, group_size=8, residual_length=residual_length, dtype=dtype) for _ in range(heads)]
+
+    def check() -> None:
+        keys, values = store.dequantized()
+        nq, ng, nr = store.n_quantized, store.n_key_groups, store.n_residual
+        for h, one in enumerate(alone):
+            k1, v1 = one.dequantized()
+            assert torch.equal(keys[h], k1[0]) and torch.equal(values[h], v1[0])
+            assert torch.equal(store.token_ids()[h], one.token_ids()[0])
+            q, g, first_g, first_r = int(nq[h]), int(ng[h]), int(ng[:h].sum()), int(nr[:h].sum())
+            for part in ("_k_codes", "_v_codes", "_v_scale", "_v_zero"):
+                assert torch.equal(getattr(store, part)[h, :q], getattr(one, part)[0])
+            assert torch.equal(store._k_count[h, :g], one._k_count[0])
+            assert torch.equal(store._k_scale[first_g:first_g + g], one._k_scale)
+            assert torch.equal(store._k_zero[first_g:first_g + g], one._k_zero)
+            assert torch.equal(store._res_k[first_r:first_r + int(nr[h])], one._res_k)
+            assert torch.equal(store._res_v[first_r:first_r + int(nr[h])], one._res_v)
+
+    for step in range(10):
+        n = int(torch.randint(1, 40, (1,), generator=gen))
+        keys, values = torch.randn(heads, n, 16, generator=gen), torch.randn(heads, n, 16, generator=gen)
+        ids = torch.arange(next_id, next_id + n)
+        next_id += n
+        store.append(keys, values, ids)
+        for h, one in enumerate(alone):
+            one.append(keys[h:h + 1], values[h:h + 1], ids)
+        check()
+        t = len(store)
+        idx = torch.rand(heads, t, generator=gen).argsort(1)[:, : max(1, 3 * t // 4)].sort(1).values
+        store.keep(idx)
+        for h, one in enumerate(alone):
+            one.keep(idx[h:h + 1])
+        check()
+        ragged = [ragged[0] or len(set(store.n_residual.tolist())) > 1,
+                  ragged[1] or len(set(store.n_key_groups.tolist())) > 1]
+    assert ragged == [True, True]  # heads held different numbers of window tokens and of key groups
+
+
+def test_flat_indices_equal_the_loops_they_replace() -> None:
+    """flat_append_index / flat_take_index against the plain per-head loops over lists of rows."""
+    la, lb, w = torch.tensor([3, 0, 5]), torch.tensor([2, 4, 0]), 4
+    a_rows = [[f"a{h}{j}" for j in range(int(la[h]))] for h in range(3)]
+    b_rows = [[f"b{h}{j}" for j in range(w)] for h in range(3)]
+    flat_a, flat_b = sum(a_rows, []), sum(b_rows, [])
+    index = kivi.flat_append_index(la, lb, len(flat_a), w, int((la + lb).sum()))
+    want = sum((a_rows[h] + b_rows[h][: int(lb[h])] for h in range(3)), [])
+    assert [(flat_a + flat_b)[i] for i in index.tolist()] == want
+    rows, first, kept = torch.arange(12).view(3, 4) * 10, torch.tensor([1, 0, 2]), torch.tensor([2, 0, 2])
+    got = kivi.flat_take_index(rows, kept, 4, first=first).tolist()
+    assert got == [r for h in range(3) for r in rows[h, int(first[h]):int(first[h] + kept[h])].tolist()]
+    assert kivi.flat_take_index(rows, kept, 4).tolist() == [0, 10, 80, 90]
 
 
 @pytest.mark.parametrize("shape", [(3, 50, 2), (3, 50, 4), (2, 40, 1), (3, 50, 16), (2, 30, 3, 2), (4, 0, 2)])

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infinipotv.kv.accounting import Storage, bytes_per_token, full_precision_bytes_per_token
+from infinipotv.kv.accounting import (
+    Storage,
+    bytes_per_token,
+    cache_bytes,
+    full_precision_bytes_per_token,
+    layout_bytes,
+)
 from infinipotv.kv.kivi import KiviStore
 from infinipotv.kv.quant import BITS, dequantize, levels, quantize
 from infinipotv.kv.store import FullPrecisionStore
@@ -119,6 +125,55 @@ def test_nbytes_accounts_for_every_byte_the_store_holds() -> None:
     parts = store.nbytes()
     assert sum(parts.values()) == sum(held.values())
     assert parts["padding"] > 0  # heads kept different numbers of quantized tokens
+
+
+@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_layout_figure_is_the_measured_bytes_less_padding(bits: int, dtype: torch.dtype) -> None:
+    """After several keep() passes that thin key groups and leave heads ragged, the spec's rates times the counts
+    the store holds give every part of nbytes() but the padding; the flat parts (key scale/zero rows, the window)
+    hold none, so the padding is the few padded rows of codes, value scale/zero and survivor counts."""
+    gen, heads, dim, next_id = torch.Generator().manual_seed(bits), 3, 32, 0
+    store = KiviStore(bits, group_size=8, residual_length=12, dtype=dtype)
+    for _ in range(6):
+        n = int(torch.randint(20, 60, (1,), generator=gen))
+        store.append(_randn(gen, heads, n, dim), _randn(gen, heads, n, dim), torch.arange(next_id, next_id + n))
+        next_id += n
+        store.keep(_random_keep(gen, heads, len(store), len(store) * 2 // 3))
+        parts = store.nbytes()
+        padding = parts.pop("padding")
+        assert parts == layout_bytes(store.layout(), dim, store.storage())
+        assert store._k_scale.shape[0] == int(store.n_key_groups.sum())
+        assert store._res_k.shape[0] == int(store.n_residual.sum())
+        lq, lg = store._k_codes.shape[1], store._k_count.shape[1]
+        padded_tokens = heads * lq - int(store.n_quantized.sum())
+        padded_groups = heads * lg - int(store.n_key_groups.sum())
+        row = 2 * store._k_codes.shape[2] + 2 * (dim // 8) * store._v_scale.element_size()
+        assert padding == padded_tokens * row + padded_groups * store._k_count.element_size()
+    layout = store.layout()
+    assert layout.key_groups * 8 > layout.tokens - layout.residual  # thinned groups: fewer than G survivors each
+    assert len(set(store.n_quantized.tolist())) > 1 or len(set(store.n_key_groups.tolist())) > 1  # ragged heads
+
+
+def test_layout_figure_of_a_full_precision_store_is_tokens_times_the_rate() -> None:
+    gen, store = torch.Generator().manual_seed(0), FullPrecisionStore(torch.float16)
+    store.append(_randn(gen, 2, 40, 32), _randn(gen, 2, 40, 32), torch.arange(40))
+    store.keep(_random_keep(gen, 2, 40, 25))
+    assert store.layout().tokens == 2 * 25
+    assert store.nbytes() == layout_bytes(store.layout(), 32, store.storage())
+
+
+@pytest.mark.parametrize("bits", BITS)
+def test_layout_figure_reduces_to_cache_bytes_for_full_groups(bits: int) -> None:
+    """No eviction and the window at its largest (R + G - 1 tokens): the store holds exactly the published layout,
+    so its measured bytes, its layout figure and cache_bytes at its own widths are one number."""
+    heads, dim, n = 2, 128, 128 + 31 + 4 * 32
+    gen = torch.Generator().manual_seed(0)
+    store = KiviStore(bits, group_size=32, residual_length=128, dtype=torch.float16)
+    store.append(_randn(gen, heads, n, dim), _randn(gen, heads, n, dim), torch.arange(n))
+    assert store.n_residual.tolist() == [159, 159] and store.n_key_groups.tolist() == [4, 4]
+    figure = sum(layout_bytes(store.layout(), dim, store.storage()).values())
+    assert figure == cache_bytes(n, 1, heads, dim, store.storage()) == sum(store.nbytes().values())
 
 
 @pytest.mark.parametrize("seed", range(4))
