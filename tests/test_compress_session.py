@@ -85,11 +85,18 @@ def test_a_chunk_too_large_for_the_budget_is_refused(tiny_qwen2vl):
         session.feed(video(8), fps=2.0)
 
 
-@pytest.mark.parametrize("make_store", [lambda: FullPrecisionStore(torch.float32),
+class CopiedOnRead(FullPrecisionStore):
+    """A full-precision store the session treats like KIVI's (compressed during the forward)."""
+
+    read_is_view = False
+
+
+@pytest.mark.parametrize("make_store", [lambda: CopiedOnRead(torch.float32),
                                         lambda: KiviStore(4, 32, 8, torch.float16)], ids=["fp32", "int4-fp16"])
 def test_the_pass_made_during_the_forward_leaves_what_a_pass_after_it_would(tiny_qwen2vl, make_store):
-    """The session compresses each layer as soon as the chunk's forward is done with it; the spec's order is one
-    pass over every layer after the prefill (the byte cap's ``_pass``). Same memory, bit for bit, at every step."""
+    """Over a store whose read is not free the session compresses each layer as soon as the chunk's forward is done
+    with it; the spec's order is one pass over every layer after the prefill (``_pass``, what full-precision stores
+    get). Same memory, bit for bit, at every step."""
     policy, frames, n_keep = build("tar_van_pool"), video(), compressed_size(BUDGET, C_RATIO)
     during = StreamingSession(tiny_qwen2vl, policy, BUDGET, C_RATIO, make_store)
     after = StreamingSession(tiny_qwen2vl, policy, 10**6, C_RATIO, make_store)  # never compresses by itself

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 import torch
 
@@ -48,6 +49,11 @@ def take_rows(x: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
 
 class KVStore(ABC):
     """One layer's kept keys/values. Shapes are per head: ``[heads, tokens, head_dim]`` (batch size 1)."""
+
+    # True when dequantized() hands out the stored tensors themselves: reading the store again costs nothing, so the
+    # session compresses after the chunk's forward; otherwise (KIVI builds its tensors) during it, on what attention
+    # read (see StreamingSession).
+    read_is_view: ClassVar[bool] = False
 
     @abstractmethod
     def append(self, keys: torch.Tensor, values: torch.Tensor, token_ids: torch.Tensor) -> None:
@@ -91,6 +97,8 @@ class KVStore(ABC):
 
 class FullPrecisionStore(KVStore):
     """Keys and values kept as they are, in the model's dtype (fp16/bf16 on GPU, fp32 in CPU tests)."""
+
+    read_is_view = True
 
     def __init__(self, dtype: torch.dtype | None = None) -> None:
         self.dtype = dtype

@@ -2,9 +2,12 @@
 
 One session streams one video at a time. ``feed`` encodes a chunk of frames and prefills it into the cache with
 causal positions; when the video part of the cache holds |M| (``budget``) tokens or more, every layer is compressed to
-|C| = c_ratio * |M| tokens per KV head by the policy. The pass a chunk triggers runs on each layer as soon as that
-chunk's forward is done with the layer (:meth:`StreamCache.after_attention`), on the keys and values attention just
-read: the same memory as a pass after the forward, without dequantizing a KIVI cache twice. A budget given in bytes (:class:`ByteCap`) is also held on the
+|C| = c_ratio * |M| tokens per KV head by the policy. Over a KIVI cache, whose read builds full-precision tensors,
+the pass a chunk triggers runs on each layer as soon as that chunk's forward is done with the layer
+(:meth:`StreamCache.after_attention`), on the keys and values attention just read: the same memory as a pass after
+the forward (a forward never reads a layer again after its attention), without dequantizing the cache twice. Over
+full-precision stores, whose read is free, it runs after the forward, on data still warm in the CPU's caches
+(``KVStore.read_is_view``). A budget given in bytes (:class:`ByteCap`) is also held on the
 bytes the cache really occupies, which KIVI's partially evicted key groups can push past the formula. ``ask``
 answers on the current memory in the cache's transient mode, so the question and answer are gone afterwards and the
 memory never depends on a question.
@@ -175,13 +178,17 @@ class StreamingSession:
         ids = torch.arange(self.vision_tokens, self.vision_tokens + n)
         before = self.video_tokens + n
         clock = _PassClock(a.device)
-        if self.policy is not None and before >= self.budget:
-            # the chunk brings the video part to |M|: each layer is compressed as soon as its forward is done with it
+        if self.policy is None or before < self.budget:
+            self._prefill(chunk.embeds, chunk.positions, ids)
+        elif self.cache.stores[0].read_is_view:  # the stores' read is free: one pass after the forward
+            self._prefill(chunk.embeds, chunk.positions, ids)
+            with clock.timed():
+                self._pass(min(self.n_keep, before - 1))
+            clock.passes += 1
+        else:  # each layer compressed as soon as the forward is done with it, on what its attention read
             with self.cache.after_attention(clock.timing(self._layer_pass(min(self.n_keep, before - 1)))):
                 self._prefill(chunk.embeds, chunk.positions, ids)
             clock.passes += 1
-        else:
-            self._prefill(chunk.embeds, chunk.positions, ids)
         self._hold_byte_cap(clock)
         _sync(a.device)
         step_s = time.perf_counter() - t0
@@ -241,7 +248,7 @@ class StreamingSession:
 
     @torch.inference_mode()
     def _pass(self, n_keep: int) -> None:
-        """One pass over every layer after the forward (the byte cap's): each store read again."""
+        """One pass over every layer after the forward: each store read again."""
         compress = self._layer_pass(n_keep)
         for layer, store in enumerate(self.cache.stores):
             compress(layer, *store.dequantized())
