@@ -14,11 +14,14 @@ PACKAGES = ("infinipotv", "torch", "transformers", "hydra-core", "submitit", "av
 
 
 def git_sha(path: Path = Path(__file__).parent) -> str:
-    """The commit of the harness code, with a ``-dirty`` suffix when the work tree has uncommitted changes."""
+    """The commit of the harness code, with a ``-dirty`` suffix when the work tree has uncommitted changes outside
+    the top-level ``results/`` (what benches and studies write there is output, not code: rerunning one bench after
+    another must not mark the code as changed)."""
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path, capture_output=True,
-                               text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/",
+                                ":(top,exclude)results"], cwd=path, capture_output=True, text=True,
+                               check=True).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
