@@ -126,8 +126,8 @@ def held_layout_bytes(sess: StreamingSession, head_dim: int) -> float:
 def _bytes_before_each_pass(sess: StreamingSession) -> dict[int, int]:
     """Instrument the session so that the first pass of each step records, by trace step, the bytes of every layer
     just before that layer is compressed: their sum is the cache with the chunk in every layer, its largest moment
-    (a bound: the pass compresses each layer as soon as the forward is done with it, so the layers never all hold
-    the chunk at once). The trace holds the state after the pass. One ``nbytes()`` per layer, host-side."""
+    (over KIVI a bound: the pass compresses each layer as soon as the forward is done with it, so the layers never
+    all hold the chunk at once). The trace holds the state after the pass. One ``nbytes()`` per layer, host-side."""
     before: dict[int, int] = {}
     layer_pass = sess._layer_pass
 

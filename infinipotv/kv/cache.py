@@ -44,8 +44,6 @@ class StoreLayer(CacheLayerMixin):
         self.token_ids: torch.Tensor | None = None  # ids of the tokens the next committing forward adds
         self.transient = False
         self.tail: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.hold = False  # keep what the last update gave attention, for StreamCache.after_attention
-        self.held: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device, self.dtype = key_states.device, key_states.dtype
@@ -64,10 +62,7 @@ class StoreLayer(CacheLayerMixin):
         keys, values = (self.store.dequantized() if len(self.store) else (k[:, :0], v[:, :0]))
         if self.tail is not None:
             keys, values = joined(keys, self.tail[0], self.dtype), joined(values, self.tail[1], self.dtype)
-        keys, values = keys.to(self.dtype), values.to(self.dtype)
-        if self.hold:
-            self.held = keys, values
-        return keys.unsqueeze(0), values.unsqueeze(0)
+        return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)
 
     def get_seq_length(self) -> int:
         return len(self.store) + (0 if self.tail is None else self.tail[0].shape[1])
@@ -85,25 +80,30 @@ class StreamCache(Cache):
     def __init__(self, n_layers: int, make_store: Callable[[], KVStore]) -> None:
         super().__init__(layers=[StoreLayer(make_store()) for _ in range(n_layers)])
         self._after: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
-        self._last: int | None = None  # inside after_attention: the layer updated last, not yet handed to fn
+        # inside after_attention: the layer updated last, with the keys and values its attention read
+        self._held: tuple[int, torch.Tensor, torch.Tensor] | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args,
                **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         if self._after is None:
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
-        if layer_idx != (0 if self._last is None else self._last + 1):
-            raise RuntimeError(f"after_attention: layer {layer_idx} updated after layer {self._last} (one "
+        last = self._last_layer()
+        if layer_idx != (0 if last is None else last + 1):
+            raise RuntimeError(f"after_attention: layer {layer_idx} updated after layer {last} (one "
                                "committing forward per block, its layers in order)")
         self._release()
-        out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
-        self._last = layer_idx
-        return out
+        keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        self._held = layer_idx, keys[0], values[0]
+        return keys, values
+
+    def _last_layer(self) -> int | None:
+        return None if self._held is None else self._held[0]
 
     def _release(self) -> None:
         """Hand the layer updated last (attention is done with it) to the block's function; drop its tensors."""
-        if self._last is not None and (held := self.layers[self._last].held) is not None:
-            self.layers[self._last].held = None
-            self._after(self._last, *held)
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._after(*held)
 
     @contextmanager
     def after_attention(self, fn: Callable[[int, torch.Tensor, torch.Tensor], None]) -> Iterator[None]:
@@ -117,19 +117,15 @@ class StreamCache(Cache):
         a second time; and only one layer's keys and values are alive at a time."""
         if self._after is not None:
             raise RuntimeError("after_attention blocks do not nest")
-        for layer in self.layers:
-            layer.hold = True
-        self._after, self._last = fn, None
+        self._after = fn
         try:
             yield
-            if self._last != len(self.layers) - 1:
-                raise RuntimeError(f"after_attention: the forward stopped after layer {self._last} of "
+            if self._last_layer() != len(self.layers) - 1:
+                raise RuntimeError(f"after_attention: the forward stopped after layer {self._last_layer()} of "
                                    f"{len(self.layers)} (one committing forward must run every layer)")
             self._release()
         finally:
-            for layer in self.layers:
-                layer.hold, layer.held = False, None
-            self._after, self._last = None, None
+            self._after, self._held = None, None
 
     @property
     def stores(self) -> list[KVStore]:

@@ -16,7 +16,7 @@ memory never depends on a question.
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -178,16 +178,17 @@ class StreamingSession:
         ids = torch.arange(self.vision_tokens, self.vision_tokens + n)
         before = self.video_tokens + n
         clock = _PassClock(a.device)
-        if self.policy is None or before < self.budget:
+        due = self.policy is not None and before >= self.budget
+        n_keep = min(self.n_keep, before - 1) if due else 0
+        # over stores whose read is not free, each layer is compressed as soon as the forward is done with it, on
+        # what its attention read; otherwise (and with nothing due) the forward runs as it is
+        during = due and not self.cache.stores[0].read_is_view
+        with self.cache.after_attention(clock.timing(self._layer_pass(n_keep))) if during else nullcontext():
             self._prefill(chunk.embeds, chunk.positions, ids)
-        elif self.cache.stores[0].read_is_view:  # the stores' read is free: one pass after the forward
-            self._prefill(chunk.embeds, chunk.positions, ids)
-            with clock.timed():
-                self._pass(min(self.n_keep, before - 1))
-            clock.passes += 1
-        else:  # each layer compressed as soon as the forward is done with it, on what its attention read
-            with self.cache.after_attention(clock.timing(self._layer_pass(min(self.n_keep, before - 1)))):
-                self._prefill(chunk.embeds, chunk.positions, ids)
+        if due:
+            if not during:
+                with clock.timed():
+                    self._pass(n_keep)
             clock.passes += 1
         self._hold_byte_cap(clock)
         _sync(a.device)

@@ -43,7 +43,10 @@ def test_each_layer_is_handed_over_once_with_what_its_attention_read(make_store)
     assert layers_done_at_update == list(range(LAYERS))  # layer i-1 handed over when layer i updates, not later
     for (_, keys, values), (k_read, v_read) in zip(seen, read):
         assert keys.dtype == torch.float32 and torch.equal(keys, k_read) and torch.equal(values, v_read)
-    assert all(layer.held is None and not layer.hold for layer in cache.layers)
+    assert cache._held is None
+    cache.update = update
+    forward(cache, 4, seed=20)  # outside the block: nothing handed over any more
+    assert len(seen) == LAYERS
 
 
 def test_a_forward_that_breaks_the_layer_order_is_refused():
@@ -57,4 +60,4 @@ def test_a_forward_that_breaks_the_layer_order_is_refused():
     with pytest.raises(RuntimeError, match="do not nest"):
         with cache.after_attention(lambda *a: None), cache.after_attention(lambda *a: None):
             pass
-    assert all(layer.held is None and not layer.hold for layer in cache.layers)
+    assert cache._held is None and cache._after is None
