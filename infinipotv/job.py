@@ -20,8 +20,10 @@ from omegaconf import OmegaConf
 from infinipotv.config import RunConfig
 from infinipotv.data import Benchmark, Question, VideoSample
 from infinipotv.data.subset import describe, select
-from infinipotv.data.video import VideoError, sample_rate, sample_uniform
+from infinipotv.data.frames import FrameSource, SourcesAhead
+from infinipotv.data.video import FramePlan, VideoError
 from infinipotv.factory import Parts, build_benchmark, build_parts
+from infinipotv.models.base import ModelAdapter, resize_frames
 from infinipotv.provenance import now, provenance
 from infinipotv.results.tracking import Tracker
 from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE, read_jsonl
@@ -49,15 +51,18 @@ class _Appender:
         self.f.close()
 
 
-def sample_frames(sample: VideoSample, cfg: RunConfig) -> tuple[np.ndarray, np.ndarray, float]:
-    """Frames to stream and their time stamps: a fixed count (uniform) or the model's rate capped at max_frames."""
+def sample_frames(sample: VideoSample, cfg: RunConfig, adapter: ModelAdapter) -> FrameSource:
+    """The frames to stream and their time stamps: a fixed count (uniform) or the model's rate capped at max_frames,
+    decoded chunk by chunk in the background at the model's input size."""
     m = cfg.model
-    if m.num_frames:
-        frames, times, info = sample_uniform(sample.path, m.num_frames)
-    else:
-        frames, times, info = sample_rate(sample.path, m.fps, m.max_frames)
-    fps = len(frames) / info.duration_s if info.duration_s else m.fps  # the real rate of what is streamed
-    return frames, times, fps
+    plan = FramePlan.uniform(sample.path, m.num_frames) if m.num_frames else FramePlan.rate(sample.path, m.fps, m.max_frames)
+    duration = plan.info.duration_s
+    fps = len(plan) / duration if duration else m.fps  # the real rate of what is streamed
+
+    def resize(frames: np.ndarray) -> np.ndarray:
+        return resize_frames(frames, adapter.frame_size(frames.shape[1], frames.shape[2]))
+
+    return FrameSource(plan, fps, cfg.eval.chunk_frames, resize)
 
 
 def _record(bench: Benchmark, sample: VideoSample, q: Question, answer: Answer | None, error: str | None) -> dict:
@@ -78,10 +83,9 @@ def _record(bench: Benchmark, sample: VideoSample, q: Question, answer: Answer |
     return rec
 
 
-def _stream(session: StreamingSession, sample: VideoSample, todo: list[Question], cfg: RunConfig, bench: Benchmark,
-            out: _Appender, memory: _Appender) -> None:
+def _stream(session: StreamingSession, sample: VideoSample, frames: FrameSource, todo: list[Question], cfg: RunConfig,
+            bench: Benchmark, out: _Appender, memory: _Appender) -> None:
     """Stream one video and answer its remaining questions (offline: after the whole video; streaming: in time)."""
-    frames, times, fps = sample_frames(sample, cfg)
     session.start(sample.video_id)
     chunk = cfg.eval.chunk_frames
     fed = 0
@@ -89,14 +93,14 @@ def _stream(session: StreamingSession, sample: VideoSample, todo: list[Question]
     def feed_until(n: int) -> None:
         nonlocal fed
         while fed < n:
-            session.feed(frames[fed:min(fed + chunk, n)], fps)
+            session.feed(frames.read(fed, min(fed + chunk, n)), frames.fps)
             fed = min(fed + chunk, n)
 
     asked = sorted(todo, key=lambda q: q.time_s) if bench.streaming else todo
     traced = 0
     for q in asked:
         if bench.streaming and q.time_s is not None:
-            feed_until(int(np.searchsorted(times, q.time_s, side="right")))
+            feed_until(int(np.searchsorted(frames.times, q.time_s, side="right")))
         else:
             feed_until(len(frames))
             session.finish()
@@ -169,6 +173,9 @@ def run_job(cfg: RunConfig, run_dir: Path) -> dict:
     _drop_partial_traces(run_dir / MEMORY, {s.video_id for s in samples if any(q.qid not in done for q in s.questions)})
     parts: Parts | None = None
     out, memory = _Appender(run_dir / PREDICTIONS), _Appender(run_dir / MEMORY)
+    streamed = [s for s in samples if s.error is None and any(q.qid not in done for q in s.questions)]
+    following = dict(zip((s.video_id for s in streamed), streamed[1:]))  # the video that streams after each
+    ahead = SourcesAhead(lambda s: sample_frames(s, cfg, session.adapter))
     try:
         for sample in samples:
             todo = [q for q in sample.questions if q.qid not in done]
@@ -182,11 +189,13 @@ def run_job(cfg: RunConfig, run_dir: Path) -> dict:
                 parts = build_parts(cfg)
                 session = parts.session(cfg.compress.c_ratio, reference=cfg.eval.reference.value == "full")
             try:
-                _stream(session, sample, todo, cfg, bench, out, memory)
+                with ahead.open(sample, following.get(sample.video_id)) as frames:
+                    _stream(session, sample, frames, todo, cfg, bench, out, memory)
             except VideoError as err:
                 for q in todo:
                     out.write(_record(bench, sample, q, None, str(err)))
     finally:
+        ahead.close()
         out.close()
         memory.close()
     records = read_predictions(run_dir / PREDICTIONS)

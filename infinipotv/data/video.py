@@ -1,7 +1,9 @@
 """Video decoding with PyAV: uniform sampling for offline benchmarks, in-order frames at a fixed rate for streaming.
 
-Both return uint8 RGB arrays ``[N, H, W, 3]`` plus the time stamp (seconds) of each frame, so a streaming benchmark
-can feed exactly the frames before a question's time stamp.
+A :class:`FramePlan` says which frames a stream reads and their time stamps (seconds) from the container's metadata
+alone, so a streaming benchmark can place its questions before anything is decoded; :func:`decode_planned` then
+yields those frames one by one in a single sequential pass (never the whole video in memory).
+:mod:`infinipotv.data.frames` reads them chunk by chunk in the background.
 """
 
 from __future__ import annotations
@@ -50,50 +52,74 @@ def probe(path: str | Path) -> VideoInfo:
     return VideoInfo(duration_s=duration, fps=fps, n_frames=n)
 
 
-def _decode_at(path: Path, wanted: np.ndarray) -> np.ndarray:
-    """Decode the frames with the given indices (sorted, may repeat) in one sequential pass."""
-    out: list[np.ndarray] = []
-    want_iter = iter(wanted.tolist())
-    target = next(want_iter, None)
+@dataclass(frozen=True)
+class FramePlan:
+    """Which native frames a stream reads and when, known from the container's metadata before any decoding.
+
+    ``indices`` are native frame indices (sorted, may repeat) and ``times`` their time stamps (seconds), so
+    questions can be placed before decoding starts.
+    """
+
+    path: Path
+    indices: np.ndarray
+    times: np.ndarray
+    info: VideoInfo
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @classmethod
+    def _of(cls, path: str | Path, info: VideoInfo, idx: np.ndarray) -> "FramePlan":
+        return cls(path=Path(path), indices=idx, times=idx / info.fps, info=info)
+
+    @classmethod
+    def uniform(cls, path: str | Path, n_frames: int) -> "FramePlan":
+        """``n_frames`` frames evenly spread over the whole video (offline benchmarks)."""
+        info = probe(path)
+        n = min(n_frames, info.n_frames)
+        return cls._of(path, info, np.linspace(0, info.n_frames - 1, n).round().astype(int))
+
+    @classmethod
+    def rate(cls, path: str | Path, fps: float, max_frames: int | None = None) -> "FramePlan":
+        """Frames at ``fps`` in time order (the streaming view), resampled uniformly if more than ``max_frames``."""
+        info = probe(path)
+        n = max(1, int(info.duration_s * fps))
+        if max_frames is not None and n > max_frames:
+            n = max_frames
+        times = np.arange(n) * (info.duration_s / n)
+        return cls._of(path, info, np.minimum((times * info.fps).round().astype(int), info.n_frames - 1))
+
+
+def decode_planned(plan: FramePlan) -> Iterator[np.ndarray]:
+    """The plan's frames as uint8 RGB ``[H, W, 3]``, one by one, in one sequential pass over the file.
+
+    A header that over-reported the frame count gets its missing frames as repeats of the last decoded one.
+    """
+    want = iter(plan.indices.tolist())
+    target = next(want, None)
     last = None
     try:
-        with av.open(str(path)) as container:
+        with av.open(str(plan.path)) as container:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             for i, frame in enumerate(container.decode(stream)):
                 if target is None:
                     break
                 last = frame
+                if target == i:
+                    rgb = frame.to_ndarray(format="rgb24")
                 while target is not None and target == i:
-                    out.append(frame.to_ndarray(format="rgb24"))
-                    target = next(want_iter, None)
+                    yield rgb
+                    target = next(want, None)
     except av.error.FFmpegError as err:
-        raise VideoError(f"cannot decode video {path}: {err}") from err
-    while target is not None and last is not None:  # header over-reported the frame count: repeat the last frame
-        out.append(last.to_ndarray(format="rgb24"))
-        target = next(want_iter, None)
-    if not out:
-        raise VideoError(f"video {path} has no decodable frames")
-    return np.stack(out)
-
-
-def sample_uniform(path: str | Path, n_frames: int) -> tuple[np.ndarray, np.ndarray, VideoInfo]:
-    """``n_frames`` frames evenly spread over the whole video (offline benchmarks), with their time stamps."""
-    info = probe(path)
-    n = min(n_frames, info.n_frames)
-    idx = np.linspace(0, info.n_frames - 1, n).round().astype(int)
-    return _decode_at(Path(path), idx), idx / info.fps, info
-
-
-def sample_rate(path: str | Path, fps: float, max_frames: int | None = None) -> tuple[np.ndarray, np.ndarray, VideoInfo]:
-    """Frames at ``fps`` in time order (the streaming view), resampled uniformly if more than ``max_frames``."""
-    info = probe(path)
-    n = max(1, int(info.duration_s * fps))
-    if max_frames is not None and n > max_frames:
-        n = max_frames
-    times = np.arange(n) * (info.duration_s / n)
-    idx = np.minimum((times * info.fps).round().astype(int), info.n_frames - 1)
-    return _decode_at(Path(path), idx), idx / info.fps, info
+        raise VideoError(f"cannot decode video {plan.path}: {err}") from err
+    if target is not None and last is None:
+        raise VideoError(f"video {plan.path} has no decodable frames")
+    if target is not None:
+        rgb = last.to_ndarray(format="rgb24")
+    while target is not None:
+        yield rgb
+        target = next(want, None)
 
 
 def write_video(path: str | Path, frames: np.ndarray | Iterator[np.ndarray], fps: float, lossless: bool = False) -> Path:

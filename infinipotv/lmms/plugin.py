@@ -70,15 +70,16 @@ class InfiniPotV(lmms):
         return answers
 
     def _answer_video(self, path: Path, args: list[tuple]) -> list[str]:
+        session, chunk = self.session, self.cfg.eval.chunk_frames
         try:
-            frames, _, fps = sample_frames(VideoSample(video_id=path.stem, path=path, questions=[]), self.cfg)
+            with sample_frames(VideoSample(video_id=path.stem, path=path, questions=[]), self.cfg,
+                               session.adapter) as frames:
+                session.start(path.stem)
+                for start in range(0, len(frames), chunk):
+                    session.feed(frames.read(start, start + chunk), frames.fps)
         except VideoError as err:
             logger.error(f"infinipotv: {err}; its {len(args)} question(s) get empty answers, scored as wrong")
             return ["" for _ in args]
-        session, chunk = self.session, self.cfg.eval.chunk_frames
-        session.start(path.stem)
-        for start in range(0, len(frames), chunk):
-            session.feed(frames[start:start + chunk], fps)
         session.finish()
         return [self._ask(prompt, gen_kwargs) for prompt, gen_kwargs, *_ in args]
 

@@ -34,17 +34,25 @@ class VisionChunk:
         return self.grid[0] * self.grid[1]
 
 
-def resize_normalize(
-    frames: np.ndarray, size: tuple[int, int], mean: tuple[float, ...], std: tuple[float, ...]
-) -> torch.Tensor:
-    """Raw uint8 frames ``[N, H, W, 3]`` -> normalised ``[N, 3, h, w]`` float32, as the families' processors do it.
+def resize_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Raw uint8 frames ``[N, H, W, 3]`` resized to ``size`` (h, w), still uint8, as the families' processors do it.
 
     Bicubic with antialiasing, then rounded and clamped to 0..255 because the released processors resize uint8
     images (torchvision or PIL) before rescaling; skipping that step shifts border pixels by up to a few levels.
+    Frames already at ``size`` come back as they are, so frames resized as they are decoded are not resized again.
     """
+    if tuple(size) == tuple(frames.shape[1:3]):
+        return frames
     x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
-    if tuple(size) != tuple(x.shape[-2:]):
-        x = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False).round().clamp(0, 255)
+    x = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False).round().clamp(0, 255)
+    return x.to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def resize_normalize(
+    frames: np.ndarray, size: tuple[int, int], mean: tuple[float, ...], std: tuple[float, ...]
+) -> torch.Tensor:
+    """Raw uint8 frames ``[N, H, W, 3]`` -> resized (:func:`resize_frames`), normalised ``[N, 3, h, w]`` float32."""
+    x = torch.from_numpy(np.ascontiguousarray(resize_frames(frames, size))).permute(0, 3, 1, 2).float()
     mean_t = torch.tensor(mean).view(1, 3, 1, 1)
     std_t = torch.tensor(std).view(1, 3, 1, 1)
     return (x / 255.0 - mean_t) / std_t
@@ -127,6 +135,11 @@ class ModelAdapter(ABC):
     def text_positions(self, start: int, n: int) -> torch.Tensor:
         """``[R, n]`` positions of n text tokens starting at position ``start``."""
 
+    def frame_size(self, height: int, width: int) -> tuple[int, int]:
+        """The (h, w) the vision tower takes raw frames of ``height`` x ``width`` at; frames can be resized to it
+        as they are decoded (:func:`resize_frames`), which keeps the host's frames small. Default: unchanged."""
+        return height, width
+
     @abstractmethod
     def encode_frames(self, frames: np.ndarray, first_frame: int, fps: float, video_start: int) -> VisionChunk:
         """Encode raw frames ``[N, H, W, 3]`` uint8 (N a multiple of ``frames_per_step``) that start at raw frame
@@ -139,16 +152,18 @@ class ModelAdapter(ABC):
         """The decoder that takes ``inputs_embeds``, ``position_ids`` and ``cache``."""
 
     @torch.inference_mode()
-    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: Cache, all_logits: bool = False) -> torch.Tensor:
-        """Run ``embeds [N, hidden]`` at ``positions [R, N]`` on top of ``cache``; logits of the last (or every) token."""
+    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: Cache, logits: bool = True) -> torch.Tensor | None:
+        """Run ``embeds [N, hidden]`` at ``positions [R, N]`` on top of ``cache``; the last token's logits ``[1, V]``.
+
+        ``logits=False`` (a prefill whose logits nobody reads) skips the vocabulary projection and returns None.
+        """
         out = self.language_model()(
             inputs_embeds=embeds.unsqueeze(0).to(self.dtype),
             position_ids=self._position_arg(positions),
             cache=cache,
             use_cache=True,
         )
-        hidden = out.last_hidden_state[0] if all_logits else out.last_hidden_state[0, -1:]
-        return self.model.lm_head(hidden).float()
+        return self.model.lm_head(out.last_hidden_state[0, -1:]).float() if logits else None
 
     def _position_arg(self, positions: torch.Tensor) -> torch.Tensor:
         """The decoder's position_ids layout: ``[R, 1, N]`` for M-RoPE, ``[1, N]`` for plain RoPE."""

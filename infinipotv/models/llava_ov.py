@@ -117,11 +117,15 @@ class LlavaOnevisionAdapter(ModelAdapter):
     def text_positions(self, start: int, n: int) -> torch.Tensor:
         return torch.arange(start, start + n, device=self.device).view(1, n)
 
-    def preprocess(self, frames: np.ndarray) -> torch.Tensor:
-        """Raw uint8 frames ``[N, H, W, 3]`` -> ``[N, 3, S, S]`` (squashed to the tower's square input, as the
-        released processor does: no crop, no aspect ratio kept)."""
+    def frame_size(self, height: int, width: int) -> tuple[int, int]:
+        """The tower's square input: frames are squashed to it, as the released processor does (no crop, no
+        aspect ratio kept)."""
         size = self.vision_config.image_size
-        return resize_normalize(frames, (size, size), SIGLIP_MEAN, SIGLIP_STD)
+        return size, size
+
+    def preprocess(self, frames: np.ndarray) -> torch.Tensor:
+        """Raw uint8 frames ``[N, H, W, 3]`` -> ``[N, 3, S, S]`` normalised (:meth:`frame_size`)."""
+        return resize_normalize(frames, self.frame_size(*frames.shape[1:3]), SIGLIP_MEAN, SIGLIP_STD)
 
     @property
     def grid(self) -> tuple[int, int]:

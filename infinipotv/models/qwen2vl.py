@@ -120,12 +120,16 @@ class Qwen2VLAdapter(ModelAdapter):
     def text_positions(self, start: int, n: int) -> torch.Tensor:
         return torch.arange(start, start + n, device=self.device).expand(3, n)
 
+    def frame_size(self, height: int, width: int) -> tuple[int, int]:
+        """Qwen's smart resize: sides multiples of patch * merge, area within [min_pixels, max_pixels]."""
+        vc = self.vision_config
+        return smart_resize(height, width, vc.patch_size * vc.spatial_merge_size, self.cfg.min_pixels,
+                            self.cfg.max_pixels)
+
     def preprocess(self, frames: np.ndarray) -> tuple[torch.Tensor, tuple[int, int, int]]:
         """Raw uint8 frames ``[N, H, W, 3]`` -> the vision tower's flattened patches and grid (t, h, w)."""
         vc = self.vision_config
-        factor = vc.patch_size * vc.spatial_merge_size
-        h, w = smart_resize(frames.shape[1], frames.shape[2], factor, self.cfg.min_pixels, self.cfg.max_pixels)
-        x = resize_normalize(frames, (h, w), CLIP_MEAN, CLIP_STD)
+        x = resize_normalize(frames, self.frame_size(frames.shape[1], frames.shape[2]), CLIP_MEAN, CLIP_STD)
         return patchify(x, vc.patch_size, vc.temporal_patch_size, vc.spatial_merge_size)
 
     def temporal_positions(self, t: torch.Tensor, fps: float) -> torch.Tensor:

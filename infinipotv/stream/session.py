@@ -215,7 +215,7 @@ class StreamingSession:
         for cache in (self.cache, self.ref_cache):
             if cache is not None:
                 cache.commit(token_ids.to(self.adapter.device))
-                self.adapter.forward(embeds, positions, cache)
+                self.adapter.forward(embeds, positions, cache, logits=False)
 
     @property
     def video_tokens(self) -> int:

@@ -154,3 +154,37 @@ def test_preprocessing_matches_the_hf_processor(adapter):
             theirs = processor(videos=[frames], return_tensors="pt")["pixel_values_videos"][0]
         assert ours.shape == theirs.shape
         assert (ours - theirs).abs().mean() <= atol, (ours - theirs).abs().mean()
+
+
+def test_frames_resized_as_they_are_decoded_encode_exactly_as_raw_frames(adapter):
+    """The frame source resizes to :meth:`frame_size` in the background; the tower then gets the same pixels."""
+    from infinipotv.models.base import resize_frames
+
+    frames = np.random.default_rng(6).integers(0, 255, size=(4, 100, 130, 3)).astype(np.uint8)
+    size = adapter.frame_size(100, 130)
+    small = resize_frames(frames, size)
+    assert small.dtype == np.uint8 and small.shape[1:3] == size and adapter.frame_size(*size) == size
+    raw, resized = adapter.encode_frames(frames, 0, 2.0, 5), adapter.encode_frames(small, 0, 2.0, 5)
+    assert torch.equal(raw.embeds, resized.embeds) and torch.equal(raw.positions, resized.positions)
+
+
+def test_a_prefill_without_logits_leaves_the_same_cache_and_answers(adapter, video, monkeypatch):
+    """Chunks are prefilled with ``logits=False`` (no vocabulary projection): the answers stay bit-identical."""
+    forward, asked = adapter.forward, []
+
+    def always_logits(embeds, positions, cache, logits=True):
+        asked.append(logits)
+        return forward(embeds, positions, cache, logits=True)
+
+    monkeypatch.setattr(adapter, "forward", always_logits)
+    with_logits = stream(adapter, video, 4)
+    monkeypatch.undo()
+    without = stream(adapter, video, 4)
+    assert False in asked  # the session skips them for every prefill
+    a, b = with_logits.ask(PROMPT, max_new_tokens=4), without.ask(PROMPT, max_new_tokens=4)
+    assert a.tokens == b.tokens and torch.equal(a.first_logprobs, b.first_logprobs)
+    assert all(torch.equal(x.dequantized()[0], y.dequantized()[0])
+               for x, y in zip(with_logits.cache.stores, without.cache.stores))
+    with without.cache.transient():
+        assert adapter.forward(adapter.embed_text([1, 2]), adapter.text_positions(0, 2), without.cache,
+                               logits=False) is None

@@ -11,7 +11,7 @@ import pytest
 from infinipotv.config import BenchmarkConfig, ConfigError
 from infinipotv.data.loading import hms_seconds
 from infinipotv.data.symbolic import Symbolic, choose, normalize
-from infinipotv.data.video import sample_rate
+from infinipotv.data.video import FramePlan, decode_planned
 
 SMALL = {"n_videos": 2, "frames": 64, "scene_frames": 8}
 
@@ -23,7 +23,7 @@ def bench(root, seed=0, **options) -> Symbolic:
 def snapshot(b: Symbolic) -> tuple[list, list[np.ndarray]]:
     samples = list(b.samples())
     questions = [(q.qid, q.prompt, q.gold, q.options, q.categories, q.time_s) for s in samples for q in s.questions]
-    return questions, [sample_rate(s.path, 2.0)[0] for s in samples]
+    return questions, [np.stack(list(decode_planned(FramePlan.rate(s.path, 2.0)))) for s in samples]
 
 
 def test_same_seed_gives_the_same_files_and_questions(tmp_path):

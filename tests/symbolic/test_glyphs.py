@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from infinipotv.data.video import sample_rate, write_video
+from infinipotv.data.video import FramePlan, decode_planned, write_video
 from infinipotv.models import glyphs
 
 
@@ -16,8 +16,9 @@ def test_glyph_code_round_trips_through_an_encoded_video_file(tmp_path, symbolic
     ids = np.random.default_rng(0).integers(0, vocab, size=(24, 3, 4))
     ids[0, 0] = [0, vocab - 1, 1, 2**15]  # extreme bit patterns: all black, high bits, the MSB alone
     path = write_video(tmp_path / "glyphs.mp4", glyphs.encode(ids), fps=2, lossless=lossless)
-    frames, times, _ = sample_rate(path, fps=2.0)
-    assert len(frames) == len(ids) and np.allclose(times, np.arange(len(ids)) / 2)
+    plan = FramePlan.rate(path, fps=2.0)
+    frames = np.stack(list(decode_planned(plan)))
+    assert len(frames) == len(ids) and np.allclose(plan.times, np.arange(len(ids)) / 2)
     assert np.array_equal(symbolic.read_glyphs(frames), ids)
     chunk = symbolic.encode_frames(frames, first_frame=0, fps=2.0, video_start=7)
     expected = symbolic.model.get_input_embeddings()(torch.from_numpy(ids.reshape(-1)))
