@@ -6,7 +6,7 @@
 The job (:func:`infinipotv.job.run_job`) runs on the symbolic benchmark as released (questions asked at their time
 stamps while the video plays, the rest after it) and on an offline variant of it (every question after the whole
 video), then once more on each finished run directory (a resume with nothing left to do). Counters wrapped around the
-decoder and the vision encoder record, per video, how often it was decoded, how many encoder calls ran and how many
+frame source and the vision encoder record, per video, how often it was decoded, how many encoder calls ran and how many
 raw frames they encoded; a video is "encoded once" when no raw frame went through the encoder twice.
 """
 
@@ -71,21 +71,23 @@ def run_counted(overrides: list[str], run_dir: Path) -> dict[str, Any]:
         ("decodes", "frames_decoded", "encode_calls", "frames_encoded"), 0))
     current: list[str] = []
 
-    def decoded(result: tuple, path: Any, *args: Any) -> None:
-        c = counts[Path(path).stem]
-        c["decodes"] += 1
-        c["frames_decoded"] += len(result[0])
+    sources: list[tuple[str, Any]] = []
+
+    def decoded(source: Any, sample: Any, *args: Any) -> None:
+        counts[sample.video_id]["decodes"] += 1
+        sources.append((sample.video_id, source))
 
     def encoded(result: Any, adapter: Any, frames: Any, *args: Any) -> None:
         counts[current[-1]]["encode_calls"] += 1
         counts[current[-1]]["frames_encoded"] += len(frames)
 
     with ExitStack() as stack:
-        stack.enter_context(counted(job, "sample_rate", decoded))
-        stack.enter_context(counted(job, "sample_uniform", decoded))
+        stack.enter_context(counted(job, "sample_frames", decoded))
         stack.enter_context(counted(ADAPTERS[cfg.model.family], "encode_frames", encoded))
         stack.enter_context(counted(StreamingSession, "start", lambda _r, _s, video_id: current.append(video_id)))
         metrics = job.run_job(cfg, run_dir)
+    for video, source in sources:  # what each source's background decoder produced, once the job is done
+        counts[video]["frames_decoded"] += source.frames_decoded
     questions = defaultdict(int)
     for record in job.read_predictions(run_dir / job.PREDICTIONS):
         questions[record["video_id"]] += 1

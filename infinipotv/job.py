@@ -24,6 +24,7 @@ from infinipotv.data.frames import FrameSource, SourcesAhead
 from infinipotv.data.video import FramePlan, VideoError
 from infinipotv.factory import Parts, build_benchmark, build_parts
 from infinipotv.models.base import ModelAdapter, resize_frames
+from infinipotv.progress import Progress
 from infinipotv.provenance import now, provenance
 from infinipotv.results.tracking import Tracker
 from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE, read_jsonl
@@ -84,9 +85,10 @@ def _record(bench: Benchmark, sample: VideoSample, q: Question, answer: Answer |
 
 
 def _stream(session: StreamingSession, sample: VideoSample, frames: FrameSource, todo: list[Question], cfg: RunConfig,
-            bench: Benchmark, out: _Appender, memory: _Appender) -> None:
+            bench: Benchmark, out: _Appender, memory: _Appender, progress: Progress) -> None:
     """Stream one video and answer its remaining questions (offline: after the whole video; streaming: in time)."""
     session.start(sample.video_id)
+    progress.start_video()
     chunk = cfg.eval.chunk_frames
     fed = 0
 
@@ -95,6 +97,7 @@ def _stream(session: StreamingSession, sample: VideoSample, frames: FrameSource,
         while fed < n:
             session.feed(frames.read(fed, min(fed + chunk, n)), frames.fps)
             fed = min(fed + chunk, n)
+            progress.streamed(session)
 
     asked = sorted(todo, key=lambda q: q.time_s) if bench.streaming else todo
     traced = 0
@@ -109,6 +112,7 @@ def _stream(session: StreamingSession, sample: VideoSample, frames: FrameSource,
             memory.write(step.to_dict())
         traced = len(session.trace)
         out.write(_record(bench, sample, q, answer, None))
+        progress.answered()
 
 
 def _metrics(bench: Benchmark, records: list[dict], cfg: RunConfig, parts_info: dict, expected: int,
@@ -176,6 +180,7 @@ def run_job(cfg: RunConfig, run_dir: Path) -> dict:
     streamed = [s for s in samples if s.error is None and any(q.qid not in done for q in s.questions)]
     following = dict(zip((s.video_id for s in streamed), streamed[1:]))  # the video that streams after each
     ahead = SourcesAhead(lambda s: sample_frames(s, cfg, session.adapter))
+    progress = Progress(len(streamed), sum(q.qid not in done for s in samples for q in s.questions))
     try:
         for sample in samples:
             todo = [q for q in sample.questions if q.qid not in done]
@@ -184,17 +189,23 @@ def run_job(cfg: RunConfig, run_dir: Path) -> dict:
             if sample.error is not None:
                 for q in todo:
                     out.write(_record(bench, sample, q, None, sample.error))
+                progress.answered(len(todo))
                 continue
             if parts is None:
                 parts = build_parts(cfg)
                 session = parts.session(cfg.compress.c_ratio, reference=cfg.eval.reference.value == "full")
             try:
                 with ahead.open(sample, following.get(sample.video_id)) as frames:
-                    _stream(session, sample, frames, todo, cfg, bench, out, memory)
+                    _stream(session, sample, frames, todo, cfg, bench, out, memory, progress)
             except VideoError as err:
-                for q in todo:
+                # frames decode as the stream goes: questions answered before the bad part keep their answers
+                answered = {r["question_id"] for r in read_predictions(run_dir / PREDICTIONS)}
+                failed = [q for q in todo if q.qid not in answered]
+                for q in failed:
                     out.write(_record(bench, sample, q, None, str(err)))
+                progress.answered(len(failed))
     finally:
+        progress.close()
         ahead.close()
         out.close()
         memory.close()

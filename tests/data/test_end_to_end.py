@@ -51,3 +51,30 @@ def test_streaming_questions_are_answered_before_later_frames(tmp_path: Path, mo
     n_frames = 6  # the fixture video: 3 s sampled at the model's 2 fps, frames at 0, 0.5, ... 2.5 s
     for (prompt, frames_seen, fps), t in zip(seen, stamps):
         assert frames_seen == min(int(t * fps) + 1, n_frames), f"{prompt!r}: {frames_seen} frames fed before t={t}s"
+
+
+def test_a_video_that_breaks_mid_stream_keeps_the_answers_before_the_break(tmp_path: Path, monkeypatch) -> None:
+    """Frames decode as the stream goes: a decoding error in the third chunk fails only the questions after it."""
+    import threading
+
+    from infinipotv import job
+    from infinipotv.data.video import VideoError
+
+    chunks: dict[str, int] = {}
+    resize = job.resize_frames
+
+    def breaks_third_chunk(frames, size):
+        name = threading.current_thread().name  # each video decodes in its own background thread
+        chunks[name] = chunks.get(name, 0) + 1
+        if chunks[name] == 3:
+            raise VideoError("corrupt packet in the third chunk")
+        return resize(frames, size)
+
+    monkeypatch.setattr(job, "resize_frames", breaks_third_chunk)
+    bench = BUILDERS["streamingbench"](tmp_path / "data")
+    run_job(run_config(bench), tmp_path / "run")
+    records = [r for r in read_predictions(tmp_path / "run" / "predictions.jsonl") if r["video_id"] == "sample_1_real"]
+    assert len({r["question_id"] for r in records}) == len(records) == 3, "each question recorded once"
+    for r in records:  # chunks of 2 frames at 2 fps: the third holds the frames at 2.0 and 2.5 s
+        assert (r["error"] is not None) == (r["time_s"] >= 2.0), r
+    assert all("third chunk" in r["error"] for r in records if r["error"])
