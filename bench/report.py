@@ -279,6 +279,49 @@ def gpu_section(data: dict[str, Any], out: Path) -> list[str]:
                     "continual compression 22.16 GB, 1.17 s.", "", _save(fig, out, "gpu_table_a4.png")]
 
 
+def host_memory_section(data: dict[str, Any], out: Path) -> list[str]:
+    h, w = data["sizes"]["hw"]
+    lines = [
+        "## 7. Host memory against video length (real mp4s)", _header(data), "",
+        f"{h}p H.264 videos of {data['multiples'][0]}x and {data['multiples'][-1]}x "
+        f"{data['sizes']['base_frames']} frames at {data['sizes']['fps']} fps, streamed compressed "
+        "(tiny Qwen2-VL, tar_van_pool) through the job's frame source (`stream`: chunked background decode at the "
+        "model's input size) and, for comparison, decoded whole first (`whole`, the job before the frame source). "
+        "Wait share: the part of the stream's wall time the model waited for frames. "
+        f"Command: `{data['command']}`.", "",
+        "| mode | length | frames | video file (MiB) | peak RSS (MiB) | above the loaded model (MiB) | wall s | wait share |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in data["runs"]:
+        lines.append(f"| {r['mode']} | {r['multiple']}x | {r['frames']} | {r['video_bytes'] / MIB:.1f} | "
+                     f"{r['peak_rss_bytes'] / MIB:.1f} | {(r['peak_rss_bytes'] - r['baseline_rss_bytes']) / MIB:.1f} | "
+                     f"{r['wall_seconds']:.2f} | {100 * r['wait_share']:.1f}% |")
+    ratio = data["peak_ratio"]
+    return lines + ["", f"Peak RSS {data['multiples'][-1]}x over {data['multiples'][0]}x: stream "
+                    f"{ratio['stream']:.3f}, whole {ratio['whole']:.3f}. Stream within "
+                    f"{100 * data['tolerance']:.0f}%: **{_mark(data['stream_flat'])}**."]
+
+
+def default_run_section(data: dict[str, Any], out: Path) -> list[str]:
+    what = " ".join(data["overrides"]) or "no overrides: the embedded default"
+    lines = [
+        "## 8. The default run's wall time", _header(data), "",
+        f"`python run.py` ({what}) as a process, on clean caches (GGUF conversion and symbolic videos made) and "
+        f"again with both cached. Command: `{data['command']}`.", "",
+        "| run | wall s | job s | load average before | load average after |", "|---|---:|---:|---:|---:|",
+    ]
+    for name, r in data["runs"].items():
+        lines.append(f"| {name} | {r['wall_seconds']:.1f} | {r['job_seconds']:.1f} | {r['load_before'][0]:.2f} | "
+                     f"{r['load_after'][0]:.2f} |")
+    first = data["runs"]["first"]["wall_seconds"]
+    lines += ["", f"First run within {data['target_seconds']:.0f} s (on 2 idle cores): "
+              f"**{_mark(first <= data['target_seconds'])}**; both runs give the same {data['n_predictions']} "
+              f"predictions: **{_mark(data['same_predictions'])}**."]
+    if "same_as_reference" in data:
+        lines.append(f"Same predictions as `{data['reference']}`: **{_mark(data['same_as_reference'])}**.")
+    return lines
+
+
 SECTIONS: tuple[tuple[str, str, Section], ...] = (
     ("memory", "python -m bench.memory", memory_section),
     ("overhead", "python -m bench.overhead", overhead_section),
@@ -286,6 +329,8 @@ SECTIONS: tuple[tuple[str, str, Section], ...] = (
     ("ttft", "python -m bench.ttft", ttft_section),
     ("encode_counts", "python -m bench.encode_counts", encode_section),
     ("gpu_table_a4", "python -m bench.gpu_table_a4 (on a GPU: docs/performance.md)", gpu_section),
+    ("host_memory", "python -m bench.host_memory", host_memory_section),
+    ("default_run", "python -m bench.default_run", default_run_section),
 )
 
 

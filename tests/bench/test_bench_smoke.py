@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPTS = ("kivi_throughput", "memory", "overhead", "ttft", "encode_counts", "gpu_table_a4")
+SCRIPTS = ("kivi_throughput", "memory", "overhead", "ttft", "encode_counts", "gpu_table_a4", "host_memory", "default_run")
 
 
 @pytest.fixture(autouse=True)

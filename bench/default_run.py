@@ -1,0 +1,74 @@
+"""Wall time of the embedded default, ``python run.py``: the first run on clean caches, then a second run.
+
+    python -m bench.default_run                                   # ~3 minutes on 2 idle cores
+    python -m bench.default_run --reference OTHER/predictions.jsonl  # also: the same answers as another checkout's
+    python -m bench.default_run --smoke                           # tiny Qwen2-VL, one small video, warm caches
+
+Both runs are real processes (``run.py`` as a newcomer types it) with their own cache and data folders
+(``INFINIPOTV_CACHE``, ``INFINIPOTV_DATA``) in a fresh temporary directory: the first run converts the GGUF weights
+and generates the symbolic videos, the second finds both cached. The machine's load average is recorded before and
+after each run (on a shared machine the times are only comparable within one file). The two runs' predictions must
+be identical, and identical to ``--reference`` when given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.common import ROOT, parse, parser, write_result
+from infinipotv.rundir import PREDICTIONS, read_jsonl
+
+SMOKE_OVERRIDES = ["model=tiny_qwen2vl", "compress=full", "compress.budget=null", "benchmark.options.n_videos=1",
+                   "benchmark.options.frames=48"]
+TARGET_SECONDS = 90.0  # the issue's bound for the first run on 2 idle cores
+
+
+def one_run(overrides: list[str], env: dict[str, str], run_dir: Path) -> dict[str, Any]:
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "run.py", *overrides, f"run_dir={run_dir}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode:
+        raise RuntimeError(f"run.py failed:\n{done.stderr[-3000:]}")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return {"wall_seconds": wall, "job_seconds": metrics["time"]["seconds"], "load_before": load_before,
+            "load_after": os.getloadavg(), "summary": done.stdout.split("\n\nrun directory:")[0]}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--reference", type=Path, help="predictions.jsonl of another checkout's default run")
+    args = parse(p, argv)
+    overrides = SMOKE_OVERRIDES if args.smoke else []
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "INFINIPOTV_DATA": f"{tmp}/data"}
+        if not args.smoke:  # the smoke run keeps the converted tokenizer (~30 s to rebuild) and measures nothing
+            env["INFINIPOTV_CACHE"] = f"{tmp}/cache"
+        runs = {}
+        for name in ("first", "second"):
+            runs[name] = one_run(overrides, env, Path(tmp) / name)
+            print(f"{name} run: {runs[name]['wall_seconds']:.1f} s (load {runs[name]['load_before'][0]:.2f})",
+                  flush=True)
+        first, second = (read_jsonl(Path(tmp) / name / PREDICTIONS)[0] for name in ("first", "second"))
+    data = {"overrides": overrides, "runs": runs, "target_seconds": TARGET_SECONDS,
+            "same_predictions": first == second, "n_predictions": len(first),
+            "command": "python -m bench.default_run" + (" --smoke" if args.smoke else "")}
+    if args.reference is not None:
+        data["reference"] = str(args.reference)
+        data["same_as_reference"] = first == read_jsonl(args.reference)[0]
+    write_result(args.out, "default_run", data, args.smoke, torch.device("cpu"))
+    return data
+
+
+if __name__ == "__main__":
+    main()
