@@ -18,19 +18,20 @@ from infinipotv.factory import as_run_config, validate
 from infinipotv.job import run_job, summary
 from infinipotv.models import MissingWeightsError
 from infinipotv.models.loading import check_weights
+from infinipotv.rundir import RunDirError
 
 register_configs()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(dcfg: DictConfig) -> dict:
-    cfg = as_run_config(dcfg)
     try:
+        cfg = as_run_config(dcfg)
         check_weights(cfg.model)  # the first thing a missing checkpoint should hear about
         validate(cfg)
         run_dir = Path(cfg.run_dir or HydraConfig.get().runtime.output_dir)
         metrics = run_job(cfg, run_dir)
-    except (ConfigError, MissingWeightsError) as err:
+    except (ConfigError, MissingWeightsError, RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     print(summary(metrics))

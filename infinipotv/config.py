@@ -7,27 +7,19 @@ message that names the option and a valid value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+import secrets
+from dataclasses import dataclass, field, make_dataclass
+from functools import cache
 from enum import Enum
-from typing import Any, Optional
+from typing import Any, Optional, get_args, get_origin, get_type_hints
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 class ConfigError(ValueError):
     """A configuration that cannot work. Its message names the option and how to fix it."""
-
-
-class Pooling(str, Enum):
-    none = "none"
-    layer_quartile = "layer_quartile"
-    cv = "cv"
-
-
-class FrameView(str, Enum):
-    pseudo_frames = "pseudo_frames"
-    grid_aware = "grid_aware"
 
 
 class Parser(str, Enum):
@@ -67,22 +59,54 @@ class ModelConfig:
 
 @dataclass
 class CompressConfig:
-    """The compression policy and the memory cap it works under (names as in the paper)."""
+    """What every ``compress=`` choice has (names as in the paper). Each choice adds exactly its policy's own
+    parameters (:func:`policy_config`): the policy is its config."""
 
-    name: str = "full"
+    name: str = MISSING
     budget: Optional[int] = None  # |M| in vision tokens per layer per KV head; None = never compress
     # KV memory of the whole cache (all layers, prefix included) instead of |M|: converted to |M| tokens for the
     # storage, and held as a cap on the bytes the cache really occupies (KIVI's thinned key groups cost more)
     budget_mib: Optional[float] = None
     c_ratio: float = 0.75  # |C| = c_ratio * |M|
-    alpha: float = 0.5
-    r_ratio: float = 0.125
-    pooling: Pooling = Pooling.layer_quartile
-    cv_thresholds: list[float] = field(default_factory=lambda: [1.0, 0.6, 0.3])
-    frame_view: FrameView = FrameView.pseudo_frames
-    n_sink: int = 4
-    seed: int = 0
-    preset: str = "paper"  # paper | public_code
+    preset: str = "paper"  # paper | public_code: defaults for the parameters the policy declares
+
+
+DEFAULT_BUDGET = 6000  # the paper's 6K |M| (tokens), the default of every evicting policy
+
+
+def _config_type(annotation: Any) -> Any:
+    """A policy field's type as OmegaConf takes it (tuples become lists), optional so that None means "the
+    preset's value, else the policy's default" (:func:`infinipotv.compress.resolve_params`)."""
+    if get_origin(annotation) is tuple:
+        annotation = list[get_args(annotation)[0]]
+    return Optional[annotation]
+
+
+@cache
+def policy_config(name: str) -> type[CompressConfig]:
+    """The structured config of ``compress=name``: the shared fields plus the policy's parameters with the policy's
+    defaults, except those a preset may set, which default to None (resolved when the config is read, and recorded
+    resolved) so that a preset can supply them and an explicit value always wins. A key the policy lacks or pins is
+    refused when the config is composed."""
+    from infinipotv import compress
+
+    cls = compress.POLICIES[name]
+    hints = get_type_hints(cls)
+    by_preset = {key for values in compress.PRESETS.values() for key in values}
+
+    def default(param: str, value: Any) -> Any:
+        if param in by_preset:
+            return field(default=None)
+        if isinstance(value, tuple):
+            return field(default_factory=lambda: list(value))
+        return field(default=value)
+
+    own = [(param, _config_type(hints[param]), default(param, value))
+           for param, value in compress.policy_params(name).items()]
+    budget = DEFAULT_BUDGET if cls.evicts else None
+    return make_dataclass(f"Compress_{name}", [("name", str, field(default=name)),
+                                                ("budget", Optional[int], field(default=budget)), *own],
+                          bases=(CompressConfig,))
 
 
 @dataclass
@@ -127,17 +151,29 @@ class EvalConfig:
 @dataclass
 class RunConfig:
     model: ModelConfig = MISSING
-    compress: CompressConfig = MISSING
+    compress: Any = MISSING  # one of the policy_config types: each compress= choice has its own fields
     quant: QuantConfig = MISSING
     benchmark: BenchmarkConfig = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: Tracking = Tracking.none
     seed: int = 0
-    run_dir: Optional[str] = None  # None = Hydra's output directory
+    run_dir: Optional[str] = None  # None = Hydra's output directory (a unique time-stamped folder)
+    retry_errors: bool = False  # on resume, answer again the questions whose records are errors
     experiment: Optional[str] = None  # set by experiments/NAME.yaml; recorded for the results aggregator
     table: Optional[dict[str, Any]] = None  # an experiment's table spec, read by infinipotv.results, ignored by the job
 
 
 def register_configs() -> None:
-    """Register the schema: conf/config.yaml extends it, so every group YAML is type-checked against its field."""
-    ConfigStore.instance().store(name="run_schema", node=RunConfig)
+    """Register the schema (conf/config.yaml extends it, so every group YAML is type-checked against its field),
+    one ``compress=`` choice per registered policy, generated from the policy's own fields, and the resolvers that
+    name run directories."""
+    from infinipotv import compress
+
+    OmegaConf.register_new_resolver("infinipotv.either", lambda value, default: default if value is None else value,
+                                    replace=True)
+    OmegaConf.register_new_resolver("infinipotv.unique", lambda: f"{os.getpid()}-{secrets.token_hex(2)}",
+                                    use_cache=True, replace=True)
+    store = ConfigStore.instance()
+    store.store(name="run_schema", node=RunConfig)
+    for name in compress.POLICIES:
+        store.store(group="compress", name=name, node=policy_config(name))

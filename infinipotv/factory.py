@@ -6,13 +6,13 @@ raises :class:`ConfigError` with one line naming the option and a valid value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
 from infinipotv import compress
-from infinipotv.config import ConfigError, RunConfig
+from infinipotv.config import CompressConfig, ConfigError, RunConfig, policy_config
 from infinipotv.data import BENCHMARKS, Benchmark
 from infinipotv.kv import cache_bytes, make_store_factory, tokens_for_bytes
 from infinipotv.kv.store import KVStore
@@ -23,8 +23,42 @@ QUANT_BITS = (2, 4, 8, 16)
 
 
 def as_run_config(cfg: DictConfig | RunConfig) -> RunConfig:
-    """A typed RunConfig object (Hydra hands over a DictConfig)."""
-    return OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
+    """A typed RunConfig (Hydra hands over a DictConfig; code may pass a RunConfig) whose ``compress`` is its
+    policy's own config type, holding the parameters that will run.
+
+    ``compress`` may hold only its policy's parameters: a key added with ``+compress.KEY=`` that the policy lacks or
+    pins is refused here, naming the policy's real parameters. Parameters left None take the preset's value, else
+    the policy's default (:func:`infinipotv.compress.resolve_params`), and are written back, so the saved
+    config.yaml records what ran."""
+    if isinstance(cfg, DictConfig):
+        _check_compress_keys(cfg.compress)
+        cfg = OmegaConf.to_object(cfg)
+    _choice("compress.name", cfg.compress.name, compress.POLICIES)
+    schema = policy_config(cfg.compress.name)
+    if not isinstance(cfg.compress, schema):  # built in code as a plain CompressConfig: the policy's own type
+        given = {f.name: getattr(cfg.compress, f.name) for f in fields(cfg.compress)}
+        cfg.compress = _checked(lambda: schema(**given), "compress", TypeError)
+    c = cfg.compress
+    params = compress.policy_params(c.name)
+    given = {key: getattr(c, key) for key in params}
+    resolved = _checked(lambda: compress.resolve_params(c.name, c.preset, given), "compress", (ValueError, TypeError))
+    for key, value in resolved.items():
+        setattr(c, key, list(value) if isinstance(value, tuple) else value)
+    return cfg
+
+
+def _check_compress_keys(node: DictConfig) -> None:
+    name = node.get("name")
+    if name not in compress.POLICIES:
+        return  # reported by _choice with the valid names
+    shared = {f.name for f in fields(CompressConfig)}
+    params, pinned = compress.policy_params(name), compress.pinned_params(name)
+    extra = [key for key in node if key not in shared and key not in params]
+    if extra:
+        pins = [f"{key}={pinned[key]!r}" for key in extra if key in pinned]
+        raise ConfigError(
+            f"compress={name} has no parameter {', '.join(extra)}{' (it pins ' + ', '.join(pins) + ')' if pins else ''}"
+            f"; its parameters: {', '.join([*params, *sorted(shared - {'name'})])}")
 
 
 def _choice(kind: str, name: str, valid) -> None:
@@ -42,12 +76,18 @@ def validate(cfg: RunConfig) -> None:
     c = cfg.compress
     if not 0 < c.c_ratio < 1:
         raise ConfigError(f"compress.c_ratio={c.c_ratio} must lie in (0, 1), e.g. compress.c_ratio=0.75")
-    if not 0 <= c.alpha <= 1:
-        raise ConfigError(f"compress.alpha={c.alpha} must lie in [0, 1], e.g. 0.5")
     if c.budget is not None and c.budget_mib is not None:
         raise ConfigError("set only one of compress.budget (tokens) and compress.budget_mib (MiB of KV)")
+    if c.budget is not None and c.budget < 2:
+        raise ConfigError(f"compress.budget={c.budget} must be >= 2 vision tokens, e.g. compress.budget=6000")
+    if c.budget_mib is not None and not c.budget_mib > 0:
+        raise ConfigError(f"compress.budget_mib={c.budget_mib} must be > 0 MiB, e.g. compress.budget_mib=96")
+    q = cfg.quant
+    if q.residual_length < 0 or q.group_size < 1:
+        raise ConfigError(f"quant.residual_length={q.residual_length} must be >= 0 and quant.group_size="
+                          f"{q.group_size} >= 1 (KIVI's defaults: 128 and 32)")
     policy = build_policy(cfg)
-    if getattr(policy, "evicts", True) and c.budget is None and c.budget_mib is None:
+    if policy.evicts and c.budget is None and c.budget_mib is None:
         raise ConfigError(f"compress={c.name} evicts tokens and needs a budget: set compress.budget=6000 (tokens) "
                           f"or compress.budget_mib")
     if cfg.eval.chunk_frames < 1:
@@ -56,42 +96,39 @@ def validate(cfg: RunConfig) -> None:
     if cfg.eval.chunk_frames % adapter_cls.frames_per_step:
         raise ConfigError(f"eval.chunk_frames={cfg.eval.chunk_frames} must be a multiple of "
                           f"{adapter_cls.frames_per_step} for model.family={cfg.model.family}")
-    if c.budget is not None and getattr(policy, "evicts", True):
-        n_keep = _checked(lambda: compress.compressed_size(c.budget, c.c_ratio), "compress")
-        per_frame = adapter_cls.max_tokens_per_frame(cfg.model)
-        chunk_tokens = cfg.eval.chunk_frames // adapter_cls.frames_per_step * per_frame
-        if chunk_tokens >= c.budget - n_keep:
-            raise ConfigError(
-                f"eval.chunk_frames={cfg.eval.chunk_frames} gives up to {chunk_tokens} vision tokens per chunk, not fewer "
-                f"than |M| - |C| = {c.budget - n_keep} (compress.budget={c.budget}, compress.c_ratio={c.c_ratio}): "
-                f"lower eval.chunk_frames or raise compress.budget")
-        _checked(lambda: policy.validate(n_keep, per_frame, c.budget + chunk_tokens), "compress")
+    if c.budget is not None and policy.evicts:
+        check_budget(cfg, policy, c.budget, "compress.budget")
 
 
-def _checked(fn, group: str):
-    """Run a component's own check; its ValueError becomes a ConfigError naming the config group."""
+def check_budget(cfg: RunConfig, policy: compress.Policy, budget: int, source: str) -> None:
+    """A chunk must hold fewer than |M| - |C| tokens, and the policy's own rules must hold at |M|. ``source`` names
+    where |M| came from (a byte budget is converted once the model's shape is known, before any video streams)."""
+    adapter_cls = ADAPTERS[cfg.model.family]
+    c = cfg.compress
+    n_keep = _checked(lambda: compress.compressed_size(budget, c.c_ratio), "compress")
+    per_frame = adapter_cls.max_tokens_per_frame(cfg.model)
+    chunk_tokens = cfg.eval.chunk_frames // adapter_cls.frames_per_step * per_frame
+    if chunk_tokens >= budget - n_keep:
+        raise ConfigError(
+            f"eval.chunk_frames={cfg.eval.chunk_frames} gives up to {chunk_tokens} vision tokens per chunk, not fewer "
+            f"than |M| - |C| = {budget - n_keep} ({source} gives |M| = {budget}, compress.c_ratio={c.c_ratio}): "
+            f"lower eval.chunk_frames or raise {source}")
+    _checked(lambda: policy.validate(n_keep, per_frame, budget + chunk_tokens), "compress")
+
+
+def _checked(fn, group: str, errors: type[Exception] | tuple[type[Exception], ...] = ValueError):
+    """Run a component's own check; its error becomes a ConfigError naming the config group."""
     try:
         return fn()
-    except ValueError as err:
+    except errors as err:
         raise ConfigError(f"{group}: {err}") from None
 
 
-def build_policy(cfg: RunConfig):
-    """The compression policy with the config's parameters (only those the policy declares).
-
-    ``compress.preset=public_code`` replaces the fields it names (r_ratio, pooling) with the public code's values.
-    """
+def build_policy(cfg: RunConfig) -> compress.Policy:
+    """The compression policy with the parameters the config holds (resolved by :func:`as_run_config`)."""
     c = cfg.compress
-    declared = compress.policy_params(c.name)
-    values = {
-        "alpha": c.alpha, "r_ratio": c.r_ratio, "pooling": getattr(c.pooling, "value", c.pooling),
-        "cv_thresholds": tuple(c.cv_thresholds), "frame_view": getattr(c.frame_view, "value", c.frame_view),
-        "n_sink": c.n_sink, "seed": c.seed,
-    }
-    if c.preset not in compress.PRESETS:
-        raise ConfigError(f"compress.preset={c.preset!r} is unknown; valid choices: {', '.join(compress.PRESETS)}")
-    values.update(compress.PRESETS[c.preset])
-    return _checked(lambda: compress.build(c.name, **{k: v for k, v in values.items() if k in declared}), "compress")
+    params = {key: getattr(c, key) for key in compress.policy_params(c.name)}
+    return _checked(lambda: compress.build(c.name, c.preset, **params), "compress", (ValueError, TypeError))
 
 
 def build_adapter(cfg: RunConfig) -> ModelAdapter:
@@ -133,6 +170,8 @@ def build_parts(cfg: RunConfig) -> Parts:
         if budget < 2:
             raise ConfigError(f"compress.budget_mib={cfg.compress.budget_mib} holds no video memory once the "
                               f"{prefix}-token prefix is stored: raise it")
+        if policy.evicts:
+            check_budget(cfg, policy, budget, f"compress.budget_mib={cfg.compress.budget_mib}")
     budget_bytes = None if budget is None else int(cache_bytes(budget + prefix, *shape, storage))
     byte_cap = None
     if cfg.compress.budget_mib is not None:

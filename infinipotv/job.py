@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -21,13 +22,13 @@ from infinipotv.config import RunConfig
 from infinipotv.data import Benchmark, Question, VideoSample
 from infinipotv.data.subset import describe, select
 from infinipotv.data.frames import FrameSource, SourcesAhead
-from infinipotv.data.video import FramePlan, VideoError
-from infinipotv.factory import Parts, build_benchmark, build_parts
+from infinipotv.data.video import FramePlan
+from infinipotv.factory import Parts, as_run_config, build_benchmark, build_parts
 from infinipotv.models.base import ModelAdapter, resize_frames
 from infinipotv.progress import Progress
 from infinipotv.provenance import now, provenance
 from infinipotv.results.tracking import Tracker
-from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE, read_jsonl
+from infinipotv.rundir import MEMORY, METRICS, PREDICTIONS, PROVENANCE, claim, read_jsonl
 from infinipotv.stream.session import Answer, StreamingSession
 
 
@@ -84,35 +85,67 @@ def _record(bench: Benchmark, sample: VideoSample, q: Question, answer: Answer |
     return rec
 
 
-def _stream(session: StreamingSession, sample: VideoSample, frames: FrameSource, todo: list[Question], cfg: RunConfig,
-            bench: Benchmark, out: _Appender, memory: _Appender, progress: Progress) -> None:
-    """Stream one video and answer its remaining questions (offline: after the whole video; streaming: in time)."""
-    session.start(sample.video_id)
-    progress.start_video()
-    chunk = cfg.eval.chunk_frames
-    fed = 0
+def _error(err: BaseException) -> str:
+    """An error record's cause: the exception's type and first line (``metrics.errors`` counts by type)."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
-    def feed_until(n: int) -> None:
-        nonlocal fed
-        while fed < n:
-            session.feed(frames.read(fed, min(fed + chunk, n)), frames.fps)
-            fed = min(fed + chunk, n)
-            progress.streamed(session)
 
+def _stream(session: StreamingSession, sample: VideoSample, open_frames: Callable[[], FrameSource],
+            todo: list[Question], cfg: RunConfig, bench: Benchmark, out: _Appender, memory: _Appender,
+            progress: Progress) -> None:
+    """Stream one video and answer its remaining questions (offline: after the whole video; streaming: in time).
+
+    Chunk boundaries fall every ``eval.chunk_frames`` frames from the start, whoever asks what: a streaming question
+    at time t is answered after the whole chunks that end by t, with the frames since the last boundary prefilled
+    transiently (:meth:`StreamingSession.ask`), so a resume or a subset answers each question as the full run does.
+    Frames are decoded as the stream reaches them (``open_frames``: a :class:`FrameSource`). An error while answering
+    one question becomes its record; an error in the stream itself (decoding, a chunk) becomes the record of every
+    question of the video still to answer."""
     asked = sorted(todo, key=lambda q: q.time_s) if bench.streaming else todo
-    traced = 0
-    for q in asked:
-        if bench.streaming and q.time_s is not None:
-            feed_until(int(np.searchsorted(frames.times, q.time_s, side="right")))
-        else:
-            feed_until(len(frames))
-            session.finish()
-        answer = session.ask(q.prompt, cfg.eval.max_new_tokens or q.max_new_tokens)
-        for step in session.trace[traced:]:  # the trace of what was streamed goes down before the answer it led to
-            memory.write(step.to_dict())
-        traced = len(session.trace)
-        out.write(_record(bench, sample, q, answer, None))
-        progress.answered()
+
+    def fail(questions: list[Question], err: BaseException) -> None:
+        for q in questions:
+            out.write(_record(bench, sample, q, None, _error(err)))
+        progress.answered(len(questions))
+
+    try:
+        frames = open_frames()
+        session.start(sample.video_id)
+    except Exception as err:  # noqa: BLE001 (the video's questions record why; the run goes on)
+        return fail(asked, err)
+    with frames:
+        progress.start_video()
+        chunk, n = cfg.eval.chunk_frames, len(frames)
+        fed, finished, traced = 0, False, 0
+        for i, q in enumerate(asked):
+            try:
+                seen = n
+                if bench.streaming and q.time_s is not None:
+                    seen = int(np.searchsorted(frames.times, q.time_s, side="right"))
+                while fed + chunk <= seen:
+                    session.feed(frames.read(fed, fed + chunk), frames.fps)
+                    fed += chunk
+                    progress.streamed(session)
+                if seen == n and not bench.streaming and not finished:
+                    if fed < n:
+                        session.feed(frames.read(fed, n), frames.fps)
+                    session.finish()
+                    fed, finished = n, True
+                    progress.streamed(session)
+                tail = frames.read(fed, seen) if fed < seen else None  # read again when its chunk is fed
+            except Exception as err:  # noqa: BLE001
+                return fail(asked[i:], err)
+            try:
+                answer = session.ask(q.prompt, cfg.eval.max_new_tokens or q.max_new_tokens, tail, frames.fps)
+                record = _record(bench, sample, q, answer, None)
+            except Exception as err:  # noqa: BLE001 (a bad question costs only itself)
+                record = _record(bench, sample, q, None, _error(err))
+            for step in session.trace[traced:]:  # the trace of what was streamed goes down before the answer it led to
+                memory.write(step.to_dict())
+            traced = len(session.trace)
+            out.write(record)
+            progress.answered()
 
 
 def _metrics(bench: Benchmark, records: list[dict], cfg: RunConfig, parts_info: dict, expected: int,
@@ -127,6 +160,7 @@ def _metrics(bench: Benchmark, records: list[dict], cfg: RunConfig, parts_info: 
         "n_questions": len(records),
         "n_expected": expected,
         "n_errors": sum(r["error"] is not None for r in records),
+        "errors": dict(Counter(r["error"].split(":")[0] for r in records if r["error"] is not None)),
         "complete": len(records) == expected,
         "model": cfg.model.family, "checkpoint": cfg.model.checkpoint or ("tiny" if cfg.model.tiny else None),
         "policy": cfg.compress.name, "storage": cfg.quant.name, "bits": cfg.quant.bits,
@@ -163,18 +197,40 @@ def _drop_partial_traces(path: Path, restream: set[str]) -> None:
         path.write_text("".join(json.dumps(step) + "\n" for step in kept))
 
 
+def _todo(run_dir: Path, samples: list[VideoSample], retry_errors: bool) -> set[str]:
+    """The ids of the questions already answered; with ``retry_errors`` the error records are dropped from the
+    predictions first (rewritten whole, then renamed: a kill cannot cut the file), so those questions run again."""
+    path = run_dir / PREDICTIONS
+    records = read_predictions(path)
+    if retry_errors and any(r["error"] is not None for r in records):
+        kept = [r for r in records if r["error"] is None]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp.replace(path)
+        records = kept
+    done = {r["question_id"] for r in records}
+    _drop_partial_traces(run_dir / MEMORY, {s.video_id for s in samples if any(q.qid not in done for q in s.questions)})
+    return done
+
+
 def run_job(cfg: RunConfig, run_dir: Path) -> dict:
-    """Run (or resume) one evaluation into ``run_dir``; returns the metrics."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG).write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    """Run (or resume) one evaluation into ``run_dir``; returns the metrics.
+
+    The run directory is held for this job alone and must hold this configuration (:func:`infinipotv.rundir.claim`,
+    :class:`RunDirError` otherwise, before anything is written)."""
+    cfg = as_run_config(cfg)  # the policy parameters that run are the ones recorded
+    with claim(run_dir, OmegaConf.to_yaml(OmegaConf.structured(cfg))):
+        return _run(cfg, run_dir)
+
+
+def _run(cfg: RunConfig, run_dir: Path) -> dict:
     prov = provenance(cfg.seed)
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     bench = build_benchmark(cfg)
     samples = select(bench.samples(), cfg.benchmark)
     expected = sum(len(s.questions) for s in samples)
-    done = {r["question_id"] for r in read_predictions(run_dir / PREDICTIONS)}
-    _drop_partial_traces(run_dir / MEMORY, {s.video_id for s in samples if any(q.qid not in done for q in s.questions)})
+    done = _todo(run_dir, samples, cfg.retry_errors)
     parts: Parts | None = None
     out, memory = _Appender(run_dir / PREDICTIONS), _Appender(run_dir / MEMORY)
     streamed = [s for s in samples if s.error is None and any(q.qid not in done for q in s.questions)]
@@ -194,16 +250,8 @@ def run_job(cfg: RunConfig, run_dir: Path) -> dict:
             if parts is None:
                 parts = build_parts(cfg)
                 session = parts.session(cfg.compress.c_ratio, reference=cfg.eval.reference.value == "full")
-            try:
-                with ahead.open(sample, following.get(sample.video_id)) as frames:
-                    _stream(session, sample, frames, todo, cfg, bench, out, memory, progress)
-            except VideoError as err:
-                # frames decode as the stream goes: questions answered before the bad part keep their answers
-                answered = {r["question_id"] for r in read_predictions(run_dir / PREDICTIONS)}
-                failed = [q for q in todo if q.qid not in answered]
-                for q in failed:
-                    out.write(_record(bench, sample, q, None, str(err)))
-                progress.answered(len(failed))
+            _stream(session, sample, lambda: ahead.open(sample, following.get(sample.video_id)), todo, cfg, bench,
+                    out, memory, progress)
     finally:
         progress.close()
         ahead.close()

@@ -25,7 +25,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 log = logging.getLogger(__name__)
-PRESENTATION = {"table"}  # config keys that shape an experiment's tables, not what its jobs compute
 
 
 class SweepRejected(CompactHydraException):
@@ -64,33 +63,12 @@ def _run_dir(sweep_config: DictConfig, run_dir_override: str | None) -> Path | N
         return None  # a subdir naming ${hydra.job.id}: known only once submitted (and never resumable)
 
 
-def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        return {k: v for key, val in node.items() for k, v in _flat(val, f"{prefix}{key}.").items()}
-    return {prefix[:-1]: node}
-
-
-def _conflict(run_dir: Path, config_yaml: str, file_name: str) -> str | None:
-    """Why resuming in ``run_dir`` would be wrong (it holds another config), or None."""
-    saved = run_dir / file_name
-    if not saved.is_file():
-        return None
-    old = _flat(OmegaConf.to_container(OmegaConf.load(saved)))
-    new = _flat(OmegaConf.to_container(OmegaConf.create(config_yaml)))
-    differ = sorted(k for k in old.keys() | new.keys()
-                    if old.get(k) != new.get(k) and k.split(".")[0] not in PRESENTATION)
-    if not differ:
-        return None
-    return (f"{run_dir} already holds a run with another config ({', '.join(differ[:5])} differ): resuming there "
-            f"would mix two configurations; point hydra.sweep.dir at a new directory or delete that run")
-
-
 def plan_job(config_loader: Any, master: DictConfig, overrides: Sequence[str], num: int) -> PlannedJob:
     """Compose and check one job of the sweep; a failure becomes the job's ``problem``, never an exception."""
     # Imported here: Hydra imports every hydra_plugins module at start-up, and torch should not slow that down.
     from infinipotv.config import ConfigError
     from infinipotv.factory import as_run_config, validate
-    from infinipotv.job import CONFIG
+    from infinipotv.rundir import config_conflict
 
     job = PlannedJob(num, list(overrides), None)
     hydra_config = HydraConfig.instance()
@@ -104,7 +82,7 @@ def plan_job(config_loader: Any, master: DictConfig, overrides: Sequence[str], n
         job.run_dir = _run_dir(sweep_config, run_cfg.run_dir)
         validate(run_cfg)
         if job.run_dir is not None:
-            job.problem = _conflict(job.run_dir, OmegaConf.to_yaml(OmegaConf.structured(run_cfg)), CONFIG)
+            job.problem = config_conflict(job.run_dir, OmegaConf.to_yaml(OmegaConf.structured(run_cfg)))
     except Exception as err:  # anything that fails here fails on the node too: report it, keep checking the rest
         message = " ".join(str(err).split())  # OmegaConf errors span lines; one line per job reads better
         job.problem = message if isinstance(err, ConfigError) else f"{type(err).__name__}: {message}"

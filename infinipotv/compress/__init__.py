@@ -9,7 +9,8 @@ tar_van_pool (InfiniPot-V), tar_reversed, van_reversed, tar_frame.
 """
 
 from . import baselines, frames, tar_van  # noqa: F401  (registers the policies)
-from .base import POLICIES, PRESETS, Policy, build, compressed_size, policy_params, register
+from .base import (POLICIES, PRESETS, Policy, build, compressed_size, pinned_params, policy_params, register,
+                   resolve_params)
 from .layout import FRAME_VIEWS, FrameLayout
 from .pooling import POOLINGS
 
@@ -22,6 +23,8 @@ __all__ = [
     "Policy",
     "build",
     "compressed_size",
+    "pinned_params",
     "policy_params",
     "register",
+    "resolve_params",
 ]

@@ -23,8 +23,8 @@ from .layout import FrameLayout
 
 POLICIES: dict[str, type["Policy"]] = {}
 
-# Named bundles of defaults. Explicit keyword arguments win over a preset; a preset value is only applied to a
-# policy that declares that parameter. Under public_code the "uniform" baseline is uniform_tokens (the paper's
+# Named bundles of defaults (precedence: :func:`resolve_params`); a preset value is only applied to a policy that
+# declares that parameter. Under public_code the "uniform" baseline is uniform_tokens (the paper's
 # "Uniform Select" is uniform_frames).
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {},
@@ -190,19 +190,36 @@ def policy_params(name: str) -> dict[str, Any]:
     return params
 
 
-def build(name: str, preset: str = "paper", **kwargs: Any) -> Policy:
-    """The policy registered as ``name``, with ``preset``'s defaults then ``kwargs`` applied."""
-    cls = _policy_class(name)
+def pinned_params(name: str) -> dict[str, Any]:
+    """The parameters a registered variant pins (``tar`` pins alpha = 1): named when a config tries to set them."""
+    return {f.name: f.default for f in fields(_policy_class(name)) if not f.init}
+
+
+def resolve_params(name: str, preset: str = "paper", given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every parameter of ``name``, by the one precedence rule of the harness: a value given (not None) wins, then
+    the preset's value for a parameter the policy declares, then the policy's own default.
+
+    The config layer and :func:`build` both go through here, so ``compress.preset=public_code compress.r_ratio=0.2``
+    runs 0.2 whichever way the policy is made, and the run records the values that ran."""
+    params = policy_params(name)
     if preset not in PRESETS:
         raise ValueError(f"preset={preset!r} is unknown; use one of {', '.join(PRESETS)}")
-    params = policy_params(name)
-    unknown = sorted(set(kwargs) - set(params))
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    unknown = sorted(set(given) - set(params))
     if unknown:
+        pins = pinned_params(name)
+        pinned = [f"{k}={pins[k]!r}" for k in unknown if k in pins]
         valid = ", ".join(params) or "none"
-        raise TypeError(f"compression policy {name!r} has no parameter {', '.join(unknown)}; its parameters: {valid}")
-    values = {k: v for k, v in PRESETS[preset].items() if k in params}
-    values.update(kwargs)
-    return cls(**values)
+        raise TypeError(f"compression policy {name!r} has no parameter {', '.join(unknown)}"
+                        f"{' (it pins ' + ', '.join(pinned) + ')' if pinned else ''}; its parameters: {valid}")
+    params.update({k: v for k, v in PRESETS[preset].items() if k in params})
+    params.update(given)
+    return params
+
+
+def build(name: str, preset: str = "paper", **kwargs: Any) -> Policy:
+    """The policy registered as ``name``, with parameters as :func:`resolve_params` sets them."""
+    return _policy_class(name)(**resolve_params(name, preset, kwargs))
 
 
 def _policy_class(name: str) -> type[Policy]:

@@ -8,10 +8,14 @@ kernel clipped to the grid dimension and made odd (so "same" stays symmetric). P
 token's cell.
 
 Which kernel a layer gets:
-- ``layer_quartile`` (public code): layers split into 4 equal groups by index (group = layer * 4 // n_layers, so any
-  n_layers works): 3D kernel 7 over (frame, h, w); 2D kernel 5 inside each frame; 1D kernel 3 over the token
-  sequence; no pooling.
-- ``cv`` (paper): CV = std / mean of the layer's raw VaN scores (all heads and tokens, population std). Our reading
+- ``layer_quartile`` (the public code, exactly): layer group = layer // max(1, n_layers // 4) (the public code
+  indexes past its 4 kernels when n_layers % 4 != 0; those last layers get the last kernel, none): 3D kernel 7 over
+  (frame, h, w); 2D kernel 5 inside each frame; 1D kernel 3 over the token sequence; no pooling. Its clipping: the 2D
+  and 3D kernels are a cube (square) of side min(size, frames, h, w), the frame count counting for 2D too, made odd
+  by subtracting 1, and no pooling when that side is below 2; 1D uses the plain kernel.
+- ``layer_quartile_axes`` (ours): 4 equal groups, group = layer * 4 // n_layers, and each side of the kernel clipped
+  to its own extent and made odd (a small grid is still pooled along its longer axes).
+- ``cv`` (paper, with our per-axis clipping): CV = std / mean of the layer's raw VaN scores (all heads and tokens, population std). Our reading
   of the thresholds tau1 > tau2 > tau3: CV >= tau1 -> 3D 7, >= tau2 -> 2D 5, >= tau3 -> 1D 3, below -> none. A high
   CV means a few tokens dominate the value norms; a wider kernel then keeps their neighbourhoods too instead of a
   handful of isolated outliers. The paper does not publish the thresholds: the defaults (1.0, 0.6, 0.3) are config
@@ -25,9 +29,10 @@ import torch.nn.functional as F
 
 from .layout import FrameCoords
 
-POOLINGS = ("none", "layer_quartile", "cv")
-# (mode, kernel) from the widest to none; layer_quartile walks it by layer group, cv by threshold.
+POOLINGS = ("none", "layer_quartile", "layer_quartile_axes", "cv")
+# (mode, kernel) from the widest to none; the layer_quartile variants walk it by layer group, cv by threshold.
 KERNELS: tuple[tuple[str, int], ...] = (("3d", 7), ("2d", 5), ("1d", 3), ("none", 1))
+CLIPS = ("cube", "axes")  # the public code's clipping of the 2D/3D kernels, and ours
 
 
 def odd_kernel(size: int, extent: int) -> int:
@@ -44,23 +49,46 @@ def coefficient_of_variation(scores: torch.Tensor) -> float:
     return float(scores.std(correction=0) / mean)
 
 
+def cube_side(size: int, n_frames: int, h: int, w: int) -> int:
+    """The public code's kernel side for 2D and 3D pooling: min(size, frames, h, w), made odd by subtracting 1;
+    0 (no pooling) when that is below 2."""
+    side = min(size, n_frames, h, w)
+    side -= 1 - side % 2
+    return side if side >= 2 else 0
+
+
 def pooling_kernel(
     pooling: str, layer: int, n_layers: int, van: torch.Tensor, cv_thresholds: tuple[float, float, float]
-) -> tuple[str, int]:
-    """The (mode, kernel size) this layer's VaN map is pooled with."""
+) -> tuple[str, int, str]:
+    """The (mode, kernel size, clipping) this layer's VaN map is pooled with."""
     if pooling == "none":
-        return KERNELS[-1]
+        return (*KERNELS[-1], "axes")
     if pooling == "layer_quartile":
-        return KERNELS[layer * 4 // n_layers]
+        return (*KERNELS[min(layer // max(1, n_layers // 4), len(KERNELS) - 1)], "cube")
+    if pooling == "layer_quartile_axes":
+        return (*KERNELS[layer * 4 // n_layers], "axes")
     if pooling == "cv":
         cv = coefficient_of_variation(van)
         passed = sum(cv >= tau for tau in cv_thresholds)
-        return KERNELS[len(cv_thresholds) - passed]
+        return (*KERNELS[len(cv_thresholds) - passed], "axes")
     raise ValueError(f"pooling={pooling!r} is unknown; use one of {', '.join(POOLINGS)}")
 
 
-def pool(scores: torch.Tensor, coords: FrameCoords, mode: str, size: int) -> torch.Tensor:
+def _kernel(mode: str, size: int, clip: str, n_grid: int, h: int, w: int) -> tuple[int, int, int]:
+    """The 3D kernel (frames, h, w) of a 2D or 3D pooling; (1, 1, 1) means none."""
+    if clip == "cube":
+        side = cube_side(size, n_grid, h, w)
+        if not side:
+            return (1, 1, 1)
+        return (side if mode == "3d" else 1, side, side)
+    kf = odd_kernel(size, n_grid) if mode == "3d" else 1
+    return (kf, odd_kernel(size, h), odd_kernel(size, w))
+
+
+def pool(scores: torch.Tensor, coords: FrameCoords, mode: str, size: int, clip: str = "axes") -> torch.Tensor:
     """Average-pool ``scores`` ``[H, T]`` over the dense grid of ``coords``; returns ``[H, T]``."""
+    if clip not in CLIPS:
+        raise ValueError(f"clip={clip!r} is unknown; use one of {', '.join(CLIPS)}")
     if mode == "none":
         return scores
     heads = scores.shape[0]
@@ -72,11 +100,12 @@ def pool(scores: torch.Tensor, coords: FrameCoords, mode: str, size: int) -> tor
     else:
         dense = coords.to_grid(scores).view(heads, -1)
     if mode == "1d":
-        k = odd_kernel(size, dense.shape[1])
+        k = size if clip == "cube" else odd_kernel(size, dense.shape[1])
         pooled = F.avg_pool1d(dense[:, None], k, stride=1, padding=k // 2, count_include_pad=True)
     elif mode in ("2d", "3d"):
-        kf = odd_kernel(size, n_grid) if mode == "3d" else 1
-        kernel = (kf, odd_kernel(size, h), odd_kernel(size, w))
+        kernel = _kernel(mode, size, clip, n_grid, h, w)
+        if kernel == (1, 1, 1):
+            return scores
         pooled = F.avg_pool3d(
             dense.view(heads, 1, n_grid, h, w),
             kernel,

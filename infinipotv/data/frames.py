@@ -152,7 +152,7 @@ class SourcesAhead(Generic[K]):
 
     def __init__(self, opener: Callable[[K], FrameSource]) -> None:
         self.opener = opener
-        self._ahead: tuple[K, FrameSource | VideoError] | None = None
+        self._ahead: tuple[K, FrameSource | Exception] | None = None
 
     def open(self, key: K, following: K | None) -> FrameSource:
         ahead, self._ahead = self._ahead, None
@@ -161,17 +161,17 @@ class SourcesAhead(Generic[K]):
             ahead = None
         try:
             current = self.opener(key) if ahead is None else ahead[1]
-            if isinstance(current, VideoError):
+            if isinstance(current, Exception):
                 raise current
         finally:
             if following is not None:
                 self._ahead = (following, self._try_open(following))
         return current
 
-    def _try_open(self, key: K) -> FrameSource | VideoError:
+    def _try_open(self, key: K) -> FrameSource | Exception:
         try:
             return self.opener(key)
-        except VideoError as err:
+        except Exception as err:  # noqa: BLE001 (that video's error, raised when its source is asked for)
             return err
 
     def close(self) -> None:
@@ -180,7 +180,7 @@ class SourcesAhead(Generic[K]):
             self._ahead = None
 
     @staticmethod
-    def _close(item: FrameSource | VideoError) -> None:
+    def _close(item: FrameSource | Exception) -> None:
         if isinstance(item, FrameSource):
             item.close()
 

@@ -10,7 +10,9 @@ full-precision stores, whose read is free, it runs after the forward, on data st
 (``KVStore.read_is_view``). A budget given in bytes (:class:`ByteCap`) is also held on the
 bytes the cache really occupies, which KIVI's partially evicted key groups can push past the formula. ``ask``
 answers on the current memory in the cache's transient mode, so the question and answer are gone afterwards and the
-memory never depends on a question.
+memory never depends on a question. A streaming question asked between two chunk boundaries also sees the frames
+since the last boundary: ``ask(frames=...)`` prefills them transiently with the question, at the positions they
+will have when their chunk is fed, so chunk boundaries (and so every compression pass) depend on the video alone.
 """
 
 from __future__ import annotations
@@ -162,10 +164,13 @@ class StreamingSession:
     def finish(self) -> None:
         """End of the video: a leftover partial model frame is completed by repeating its last raw frame."""
         if self._pending is not None:
-            missing = self.adapter.frames_per_step - len(self._pending)
-            frames = np.concatenate([self._pending, np.repeat(self._pending[-1:], missing, axis=0)])
-            self._pending = None
+            frames, self._pending = self._whole_steps(self._pending), None
             self._encode(frames)
+
+    def _whole_steps(self, frames: np.ndarray) -> np.ndarray:
+        """``frames`` completed to whole model frames by repeating the last raw frame (Qwen merges 2)."""
+        missing = -len(frames) % self.adapter.frames_per_step
+        return np.concatenate([frames, np.repeat(frames[-1:], missing, axis=0)]) if missing else frames
 
     # -- streaming ------------------------------------------------------------------------------------------------
     def _encode(self, frames: np.ndarray) -> None:
@@ -283,22 +288,38 @@ class StreamingSession:
         )
 
     # -- questions ------------------------------------------------------------------------------------------------
-    def ask(self, prompt: str, max_new_tokens: int) -> Answer:
-        """Greedy answer on the current memory; the question and answer are removed from the cache afterwards."""
-        answer = self._answer(self.cache, prompt, max_new_tokens)
+    def ask(self, prompt: str, max_new_tokens: int, frames: np.ndarray | None = None, fps: float | None = None) -> Answer:
+        """Greedy answer on the current memory; the question and answer are removed from the cache afterwards.
+
+        ``frames``: raw frames streamed since the last chunk boundary, up to the question's time (``fps`` their
+        rate). They are encoded and prefilled with the question, transiently: the memory after the answer is the
+        memory before it, and the frames are fed again, as part of their chunk, when the stream reaches its end."""
+        if frames is not None and self._pending is not None:
+            raise RuntimeError("ask(frames=...) after a partial model frame was fed: feed whole chunks before it")
+        tail = None
+        if frames is not None and len(frames):
+            tail = self.adapter.encode_frames(self._whole_steps(frames), self.frames_encoded, fps or self._fps,
+                                              self.video_start)
+            if self.grid is not None and tail.grid != self.grid:
+                raise ValueError(f"frame grid changed within a video: {self.grid} then {tail.grid}")
+        answer = self._answer(self.cache, prompt, max_new_tokens, tail)
         if self.ref_cache is not None:
-            answer.reference = self._answer(self.ref_cache, prompt, max_new_tokens)
+            answer.reference = self._answer(self.ref_cache, prompt, max_new_tokens, tail)
         return answer
 
     @torch.inference_mode()
-    def _answer(self, cache: StreamCache, prompt: str, max_new_tokens: int) -> Answer:
+    def _answer(self, cache: StreamCache, prompt: str, max_new_tokens: int, tail: VisionChunk | None) -> Answer:
         a = self.adapter
         ids = a.question_ids(prompt)
         eos = a.eos_ids
         with cache.transient():
-            logits = a.forward(a.embed_text(ids), a.text_positions(self.next_position, len(ids)), cache)[-1]
+            start = self.next_position
+            if tail is not None:
+                a.forward(tail.embeds, tail.positions, cache, logits=False)
+                start = max(start, int(tail.positions.max()) + 1)
+            logits = a.forward(a.embed_text(ids), a.text_positions(start, len(ids)), cache)[-1]
             first = torch.log_softmax(logits, dim=-1).cpu()
-            position, out = self.next_position + len(ids), []
+            position, out = start + len(ids), []
             while True:
                 token = int(logits.argmax())
                 if token in eos:

@@ -1,17 +1,17 @@
-"""The policy contract over the whole registry, the registry/build API, validation errors and the YAMLs."""
+"""The policy contract over the whole registry, the registry/build API, validation errors and the config choices."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from enum import Enum
-from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from infinipotv.compress import POLICIES, POOLINGS, PRESETS, build, compressed_size, policy_params
+from infinipotv.compress import (POLICIES, POOLINGS, PRESETS, build, compressed_size, pinned_params, policy_params,
+                                 resolve_params)
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "compress"
 N_LAYERS = 6  # not a multiple of 4: every layer_quartile group boundary is exercised
 HEAD_INDEPENDENT = {"full", "uniform_frames", "uniform_tokens", "swa"}  # positional: same choice in every head
 
@@ -53,7 +53,7 @@ def test_full_never_evicts(region):
 def test_build_errors_name_the_fix():
     with pytest.raises(ValueError, match="unknown compression policy 'nope'.*tar_van_pool"):
         build("nope")
-    with pytest.raises(TypeError, match="no parameter alpha; its parameters: r_ratio, frame_view"):
+    with pytest.raises(TypeError, match=r"no parameter alpha \(it pins alpha=1.0\); its parameters: r_ratio, frame_view"):
         build("tar", alpha=0.3)
     with pytest.raises(TypeError, match="its parameters: none"):
         build("van", pooling="cv")
@@ -66,7 +66,8 @@ def test_build_errors_name_the_fix():
 @pytest.mark.parametrize(
     "name, kwargs, message",
     [
-        ("tar_van_pool", {"pooling": "max"}, "pooling='max' is unknown; use one of none, layer_quartile, cv"),
+        ("tar_van_pool", {"pooling": "max"},
+         "pooling='max' is unknown; use one of none, layer_quartile, layer_quartile_axes, cv"),
         ("tar_van_pool", {"frame_view": "grid"}, "frame_view='grid' is unknown"),
         ("tar_van_pool", {"alpha": 1.5}, r"alpha=1.5 must be in \[0.0, 1.0\]"),
         ("tar_van", {"alpha": -0.1}, "alpha=-0.1 must be in"),
@@ -131,8 +132,12 @@ def test_presets_and_explicit_kwargs_win():
     public = build("tar_van_pool", preset="public_code")
     assert (public.r_ratio, public.pooling, public.alpha) == (0.25, "none", 0.5)
     assert build("tar_van_pool", preset="public_code", pooling="cv").pooling == "cv"
+    assert build("tar_van_pool", preset="public_code", r_ratio=0.2).r_ratio == 0.2
+    assert build("tar_van_pool", preset="public_code", r_ratio=None).r_ratio == 0.25  # None = not given
     assert build("van", preset="public_code") == build("van")  # preset values it does not declare are skipped
     assert build("tar").alpha == 1.0 and build("van").alpha == 0.0 and build("van_reversed").reverse
+    assert resolve_params("tar", "public_code") == {"r_ratio": 0.25, "frame_view": "pseudo_frames"}
+    assert pinned_params("tar")["alpha"] == 1.0 and "alpha" not in policy_params("tar")
 
 
 def test_config_values_are_stored_plain():
@@ -143,13 +148,15 @@ def test_config_values_are_stored_plain():
     assert type(policy.pooling) is str and policy.cv_thresholds == (2.0, 1.0, 0.5)
 
 
-def test_every_policy_has_a_yaml_with_its_own_params():
-    files = {path.stem: OmegaConf.to_container(OmegaConf.load(path)) for path in CONF.glob("*.yaml")}
-    assert set(files) == set(POLICIES)
-    for stem, conf in files.items():
-        assert conf.pop("name") == stem
-        budget = conf.pop("budget")
-        assert budget is None if stem == "full" else budget == 6000 and conf.pop("c_ratio") == 0.75
-        params = policy_params(stem)
-        assert set(conf) <= set(params), f"{stem}.yaml sets {set(conf) - set(params)}"
-        assert build(stem, **conf) == build(stem), f"{stem}.yaml must restate the defaults"
+def test_every_policy_is_a_config_choice_with_exactly_its_params():
+    """``compress=NAME`` is generated from the registry: the shared knobs plus the policy's own, nothing else."""
+    from infinipotv.config import CompressConfig, policy_config
+
+    shared = {f.name for f in fields(CompressConfig)}
+    for name in POLICIES:
+        schema = policy_config(name)
+        node = OmegaConf.structured(schema)
+        assert set(node) == shared | set(policy_params(name)), name
+        assert node.name == name and node.budget == (None if name == "full" else 6000)
+        given = {k: v for k, v in OmegaConf.to_container(node).items() if k not in shared}
+        assert build(name, **given) == build(name), f"compress={name} must restate the policy's defaults"

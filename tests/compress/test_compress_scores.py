@@ -131,9 +131,10 @@ def test_pooling_matches_direct_computation(mode, size, kernel, view):
 
 
 @pytest.mark.parametrize("n_layers", [1, 2, 3, 4, 5, 6, 28])
-def test_layer_quartile_kernels(n_layers):
+def test_layer_quartile_axes_kernels(n_layers):
     van = torch.ones(2, 10)
-    modes = [pooling_kernel("layer_quartile", layer, n_layers, van, (1.0, 0.6, 0.3))[0] for layer in range(n_layers)]
+    modes = [pooling_kernel("layer_quartile_axes", layer, n_layers, van, (1.0, 0.6, 0.3))[0]
+             for layer in range(n_layers)]
     order = ["3d", "2d", "1d", "none"]
     assert modes[0] == "3d" and [order.index(m) for m in modes] == sorted(order.index(m) for m in modes)
     if n_layers >= 4:
@@ -147,13 +148,62 @@ def test_layer_quartile_kernels(n_layers):
         assert modes == explicit[n_layers]
 
 
+def public_code_kernel(layer: int, n_layers: int) -> str:
+    """The public code's layer groups, transcribed: group = layer // max(1, n_layers // 4) into its 4 kernels
+    (past the last one, where the public code would index out of range: none)."""
+    kernels = ["3d", "2d", "1d", "none"]
+    group = layer // max(1, n_layers // 4)
+    return kernels[group] if group < len(kernels) else "none"
+
+
+@pytest.mark.parametrize("n_layers", [1, 2, 5, 6, 28, 30])
+def test_layer_quartile_is_the_public_codes_grouping(n_layers):
+    van = torch.ones(2, 10)
+    modes = [pooling_kernel("layer_quartile", layer, n_layers, van, (1.0, 0.6, 0.3)) for layer in range(n_layers)]
+    assert [mode for mode, _, _ in modes] == [public_code_kernel(layer, n_layers) for layer in range(n_layers)]
+    assert {clip for _, _, clip in modes} == {"cube"}
+
+
+def public_code_pool(van: torch.Tensor, grid: tuple[int, int], mode: str) -> torch.Tensor:
+    """The public code's pooling of a fresh region [H, F*p], transcribed: the 2D/3D kernel is a cube of side
+    min(size, frames, h, w) (frames count for 2D too), minus 1 if even, and no pooling under 2; 1D: kernel 3."""
+    heads, n_tokens = van.shape
+    h, w = grid
+    n_frames = n_tokens // (h * w)
+    if mode == "none":
+        return van
+    if mode == "1d":
+        return torch.stack([torch.stack([van[i, max(0, c - 1):c + 2].sum() / 3 for c in range(n_tokens)])
+                            for i in range(heads)])
+    side = min(7 if mode == "3d" else 5, n_frames, h, w)
+    if side % 2 == 0:
+        side -= 1
+    if side < 2:
+        return van
+    kernel = (side if mode == "3d" else 1, side, side)
+    return torch.stack([direct_pool(van[i].view(n_frames, h, w), kernel).flatten() for i in range(heads)])
+
+
+@pytest.mark.parametrize("grid, frames", [((2, 4), 3), ((3, 4), 5), ((5, 6), 2), ((3, 3), 9), ((1, 6), 8)])
+def test_public_code_preset_selects_what_the_public_code_selects(region, grid, frames):
+    """On grids smaller than the kernels (where clipping decides), VaN + pooling under ``preset=public_code`` with
+    its pooling keeps exactly the public code's picks in every layer group, the one past the 4 kernels included."""
+    keys, values, layout = region(grid=grid, frames=frames, heads=2)
+    n_layers, n_keep = 5, keys.shape[1] // 3
+    policy = build("van_pool", preset="public_code", pooling="layer_quartile")
+    for layer in range(n_layers):
+        pooled = public_code_pool(values.norm(dim=-1), grid, public_code_kernel(layer, n_layers))
+        expected = pooled.topk(n_keep, dim=1).indices.sort(dim=1).values
+        assert torch.equal(policy(keys, values, layout, n_keep, layer, n_layers), expected), (grid, frames, layer)
+
+
 @pytest.mark.parametrize("low, mode", [(0.0, "3d"), (0.2, "2d"), (0.5, "1d"), (0.8, "none")])
 def test_cv_kernels(low, mode):
     van = torch.tensor([[1.0, low]])  # CV = (1 - low) / (1 + low): 1, 0.67, 0.33, 0.11
     assert pooling_kernel("cv", 0, 1, van, (1.0, 0.6, 0.3))[0] == mode
 
 
-@pytest.mark.parametrize("pooling", ["none", "layer_quartile", "cv"])
+@pytest.mark.parametrize("pooling", ["none", "layer_quartile", "layer_quartile_axes", "cv"])
 def test_alpha_zero_is_van_and_alpha_one_is_tar(region, pooling):
     keys, values, layout = region(old_frames=10, keep_old=40)
     for layer in range(4):

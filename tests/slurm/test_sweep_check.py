@@ -78,7 +78,7 @@ def test_a_run_directory_holding_another_config_is_not_resumed(tmp_path):
 
     other.seed = 7
     (job.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(other))
-    with pytest.raises(Rejected, match=r"already holds a run with another config \(seed differ\)"):
+    with pytest.raises(Rejected, match=r"holds a run of another configuration \(seed: 7 -> 0\)"):
         _check(tmp_path, [["quant=int8"]])
 
 

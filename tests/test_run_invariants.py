@@ -1,0 +1,169 @@
+"""What users rely on when they trust a number: a killed and resumed run, a subset, a shard and a second writer
+leave exactly the answers of one uninterrupted run; a bad question costs only itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from infinipotv.rundir import claim
+from tests.helpers import ROOT, lines, run_py
+
+# The real SmolLM2 on small symbolic streams: 3 videos x 48 frames (576 vision tokens) under |M| = 144, chunks of
+# 2 frames, so every video is compressed many times and half the questions are asked while it plays.
+SYMBOLIC = ["benchmark.options.n_videos=3", "benchmark.options.frames=48"]
+TINY = ["model=tiny_qwen2vl", "compress=tar_van_pool", "compress.budget=96", "eval.chunk_frames=2", "quant=fp16",
+        "benchmark=symbolic", "benchmark.options.n_videos=3", "benchmark.options.frames=48"]
+
+
+def predictions(run_dir: Path) -> bytes:
+    return (run_dir / "predictions.jsonl").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def symbolic_data(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("symbolic_data")
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory, symbolic_data) -> Path:
+    run_dir = tmp_path_factory.mktemp("full") / "run"
+    out = run_py(*SYMBOLIC, f"benchmark.root={symbolic_data}", f"run_dir={run_dir}")
+    assert out.returncode == 0, out.stderr
+    return run_dir
+
+
+def _kill_after(args: list[str], answers: int, extra_s: float, timeout: float = 300) -> None:
+    """Start run.py, SIGKILL it ``extra_s`` after it has written ``answers`` answers (mid-stream or mid-line)."""
+    run_dir = Path(next(a for a in args if a.startswith("run_dir=")).split("=", 1)[1])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "run.py", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    path = run_dir / "predictions.jsonl"
+    while time.time() < deadline and proc.poll() is None:
+        if path.exists() and path.read_bytes().count(b"\n") >= answers:
+            break
+        time.sleep(0.005)
+    time.sleep(extra_s)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.mark.slow
+def test_kill_and_resume_gives_the_uninterrupted_predictions_byte_for_byte(tmp_path, full_run, symbolic_data):
+    expected = predictions(full_run)
+    n = expected.count(b"\n")
+    run_dir = tmp_path / "killed"
+    args = [*SYMBOLIC, f"benchmark.root={symbolic_data}", f"run_dir={run_dir}"]
+    rng = random.Random(16)
+    for answers in sorted(rng.sample(range(1, n - 1), 2)):
+        _kill_after(args, answers, extra_s=rng.uniform(0.0, 0.4))
+    assert 0 < predictions(run_dir).count(b"\n") < n, "the kills must land before the run is done"
+    resumed = run_py(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert predictions(run_dir) == expected
+
+
+@pytest.mark.slow
+def test_a_subset_answers_each_question_as_the_full_run(tmp_path, full_run, symbolic_data):
+    full = {r["question_id"]: r for r in lines(full_run / "predictions.jsonl")}
+    streaming = [q for q, r in full.items() if r["time_s"] is not None]
+    by_video: dict[str, list[str]] = {}
+    for q, r in full.items():
+        by_video.setdefault(r["video_id"], []).append(q)
+    # a streaming question late in one video alone, and the last question of another without the ones before it
+    ids = [streaming[len(streaming) // 2], list(by_video.values())[1][-1]]
+    subset = run_py(*SYMBOLIC, f"benchmark.root={symbolic_data}", f"benchmark.ids=[{','.join(ids)}]",
+                    f"run_dir={tmp_path / 'ids'}")
+    assert subset.returncode == 0, subset.stderr
+    shard = run_py(*SYMBOLIC, f"benchmark.root={symbolic_data}", "benchmark.shard=1/2", f"run_dir={tmp_path / 'shard'}")
+    assert shard.returncode == 0, shard.stderr
+    for run in ("ids", "shard"):
+        got = lines(tmp_path / run / "predictions.jsonl")
+        assert got and all(r == full[r["question_id"]] for r in got), run
+
+
+def test_two_writers_never_answer_a_question_twice(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [*TINY, f"benchmark.root={tmp_path / 'data'}", f"run_dir={run_dir}"]
+    assert run_py(*args, "benchmark.limit=1").returncode == 0  # data generated, the run directory claimed once
+    (run_dir / "config.yaml").unlink()  # the two below run the whole benchmark: a config of their own
+    with claim(run_dir, "held: {}"):  # a job holds the directory: another is refused at once, nothing written
+        before = predictions(run_dir)
+        refused = run_py(*args)
+        assert refused.returncode == 2 and "is being written by pid" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1 and predictions(run_dir) == before
+    (run_dir / "config.yaml").unlink()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "run.py", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    codes = [proc.wait(timeout=300) for proc in procs]
+    assert sorted(codes) in ([0, 0], [0, 2]), codes  # the second waits for nothing: refused, or resumes a done run
+    ids = [r["question_id"] for r in lines(run_dir / "predictions.jsonl")]
+    assert len(ids) == len(set(ids)) and len(ids) == json.loads((run_dir / "metrics.json").read_text())["n_expected"]
+
+
+def test_resuming_with_another_configuration_is_refused_and_appends_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [*TINY, f"benchmark.root={tmp_path / 'data'}", f"run_dir={run_dir}", "benchmark.limit=2"]
+    assert run_py(*args).returncode == 0
+    before, config = predictions(run_dir), (run_dir / "config.yaml").read_text()
+    other = run_py(*args, "quant=int8", "quant.group_size=16")
+    assert other.returncode == 2 and "holds a run of another configuration" in other.stderr
+    assert "quant.bits: 16 -> 8" in other.stderr and len(other.stderr.strip().splitlines()) == 1
+    assert predictions(run_dir) == before and (run_dir / "config.yaml").read_text() == config
+    same = run_py(*args, "tracking=none")  # where results are reported is not what the run computes
+    assert same.returncode == 0 and predictions(run_dir) == before
+
+
+def test_an_unencodable_question_costs_only_itself_and_is_retried_once_fixed(tmp_path):
+    data, run_dir = tmp_path / "data", tmp_path / "run"
+    assert run_py(*TINY, f"benchmark.root={data}", f"run_dir={tmp_path / 'gen'}", "benchmark.limit=1").returncode == 0
+    annotations = next(data.glob("*/annotations.json"))
+    rows = json.loads(annotations.read_text())
+    good = rows[1]["question"]
+    rows[1]["question"] = "Which code \ud800 appeared?"  # a lone surrogate: valid JSON, no tokenizer can encode it
+    annotations.write_text(json.dumps(rows))
+    args = [*TINY, f"benchmark.annotations={annotations}", f"benchmark.root={data}", f"run_dir={run_dir}"]
+    out = run_py(*args)
+    assert out.returncode == 0, out.stderr
+    records = lines(run_dir / "predictions.jsonl")
+    failed = [r for r in records if r["error"]]
+    assert [r["question_id"] for r in failed] == [str(rows[1]["question_id"])]
+    assert failed[0]["error"].startswith("TypeError") and len(records) == len(rows)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["n_errors"] == 1 and metrics["errors"] == {"TypeError": 1} and metrics["complete"]
+
+    rows[1]["question"] = good
+    annotations.write_text(json.dumps(rows))
+    assert run_py(*args).returncode == 0 and len(lines(run_dir / "predictions.jsonl")) == len(rows)  # not retried
+    assert run_py(*args, "retry_errors=true").returncode == 0
+    records = lines(run_dir / "predictions.jsonl")
+    assert len(records) == len(rows) and not any(r["error"] for r in records)
+    assert len({r["question_id"] for r in records}) == len(rows)
+
+
+def test_default_run_directories_are_unique_and_hydra_writes_nowhere_else(tmp_path):
+    """Parallel launches without run_dir get their own folders; with run_dir, Hydra's log and .hydra/ go there."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = [sys.executable, str(ROOT / "run.py"), *TINY, f"benchmark.root={tmp_path / 'data'}", "benchmark.limit=1"]
+    assert subprocess.run(args, cwd=tmp_path, env=env, capture_output=True).returncode == 0  # data generated
+    procs = [subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for _ in range(3)]
+    assert [proc.wait(timeout=300) for proc in procs] == [0, 0, 0]
+    assert len(list((tmp_path / "results" / "runs").glob("*/*/predictions.jsonl"))) == 4
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = subprocess.run([*args, f"run_dir={tmp_path / 'mine'}"], cwd=elsewhere, env=env, capture_output=True)
+    assert out.returncode == 0
+    assert list(elsewhere.iterdir()) == [] and (tmp_path / "mine" / ".hydra" / "config.yaml").is_file()
