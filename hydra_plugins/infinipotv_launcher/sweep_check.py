@@ -117,13 +117,13 @@ def data_problem(cfg: Any) -> str | None:
 def job_name(master: DictConfig, jobs: Sequence[PlannedJob]) -> str:
     """The Slurm name of a sweep's array: its experiment and what its jobs vary, e.g.
     ``budget_sweep compress=swa,tar compress.budget=72,144``; a lone job: its overrides."""
+    hidden = set(OmegaConf.select(master, "hydra.job.config.override_dirname.exclude_keys", default=[]))
     overrides = [dict(o.lstrip("+~").split("=", 1) for o in filter_overrides(j.overrides) if "=" in o) for j in jobs]
-    keys = list(dict.fromkeys(k for o in overrides for k in o))
+    keys = [k for k in dict.fromkeys(k for o in overrides for k in o) if k not in hidden]  # as run dirs are named
     values = {k: list(dict.fromkeys(o.get(k, "-") for o in overrides)) for k in keys}
-    varied = [f"{k}={','.join(v)}" for k, v in values.items() if len(v) > 1 and k != "experiment"]
+    varied = [f"{k}={','.join(v)}" for k, v in values.items() if len(v) > 1] or [f"{k}={v[0]}" for k, v in
+                                                                                 values.items()]
     experiment = OmegaConf.select(master, "experiment", default=None)
-    if not varied:
-        varied = [f"{k}={v[0]}" for k, v in values.items() if k != "experiment"]
     name = " ".join([str(experiment)] * bool(experiment) + varied) or str(master.hydra.job.name)
     return name[:NAME_CHARS]
 

@@ -12,7 +12,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import CompactHydraException
 from omegaconf import OmegaConf
 
-from hydra_plugins.infinipotv_launcher.sweep_check import check_sweep
+from hydra_plugins.infinipotv_launcher.sweep_check import PlannedJob, check_sweep
 from infinipotv.config import register_configs
 from tests.helpers import ROOT
 from tests.slurm.sweeps import run_dirs, slurm, slurm_job_ids, sweep
@@ -162,5 +162,6 @@ def test_the_array_is_named_after_its_experiment_and_what_its_jobs_vary(tmp_path
                            [["compress=full", "quant=fp16"], ["compress=full", "quant=int8"]])
         assert job_name(master, jobs) == "quant=fp16,int8"
         assert job_name(master, jobs[:1]) == "compress=full quant=fp16"
+        assert job_name(master, [PlannedJob(0, ["+cluster=ci", "seed=1"], None)]) == "seed=1"  # as run dirs
         experiment = compose("config", overrides=["+experiment=int4_vs_fp16"], return_hydra_config=True)
         assert job_name(experiment, jobs) == "int4_vs_fp16 quant=fp16,int8"
