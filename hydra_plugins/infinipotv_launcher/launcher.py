@@ -13,11 +13,10 @@ overrides and run directory, then one line per job as it ends, then a summary; a
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
-
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus
@@ -47,11 +46,13 @@ def outcome(metrics: Any) -> str:
 
 
 def _failure(job: Any, error: Exception) -> str:
-    """The last line of a failed job's traceback (the exception itself) and where its full log is."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip() and not set(line.strip()) <= {"-"}]
-    cause = next((line for line in reversed(lines) if not line.startswith(("You can check", "or at paths", "- /"))),
-                 type(error).__name__)
-    return f"FAILED: {cause} (log: {job.paths.stderr})"
+    """Why a job failed, in one line: the last line its process wrote to stderr (the exception a traceback ends
+    with, or run.py's ``error:`` line), else submitit's own message; and where the full log is."""
+    log_file = Path(job.paths.stderr)
+    lines = log_file.read_text(errors="replace").splitlines() if log_file.is_file() else []
+    lines = [line.strip() for line in lines if line.strip() and not line.startswith(("srun:", "submitit "))]
+    cause = lines[-1] if lines else " ".join(str(error).split())
+    return f"FAILED: {cause} (log: {log_file})"
 
 
 class _CheckedLaunch:
