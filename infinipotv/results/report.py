@@ -118,7 +118,7 @@ def _existing_outputs(out: Path, spec: ExperimentSpec, formats: Sequence[str]) -
 
 
 def _no_match(name: str, runs_dir: str | Path, runs: Sequence[Run], model: str | None) -> NothingToReport:
-    found = sorted({str(r.fields["experiment"]) for r in runs})
+    found = sorted({str(r.fields["experiment"] or "none") for r in runs})
     models = sorted({str(r.fields["model"]) for r in runs})
     there = (f"{len(runs)} runs there (experiments: {', '.join(found)}; models: {', '.join(models)})" if runs
              else "no run there")
