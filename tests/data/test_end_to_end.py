@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from fixtures import BUILDERS
-
 from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConfig, RunConfig
 from infinipotv.job import read_predictions, run_job
+from infinipotv.data.toy import BUILDERS
 from infinipotv.stream.session import StreamingSession
 
 TINY = dict(family="qwen2vl", tiny=True, dtype="float32", min_pixels=56 * 56, max_pixels=112 * 112,
