@@ -19,6 +19,7 @@ from pathlib import Path
 
 import av
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = benchmark_config(overrides)
         bench = benchmark_class(cfg.name)(cfg)
         samples = select(bench.samples(), cfg)
-    except (ConfigError, OmegaConfBaseException) as err:
+    except (ConfigError, HydraException, OmegaConfBaseException) as err:
         print(f"error: {err}".splitlines()[0], file=sys.stderr)
         return 2
     annotations = getattr(bench, "annotations", None)
