@@ -31,7 +31,7 @@ from infinipotv.data.subset import select
 CONF = Path(__file__).resolve().parents[2] / "conf"
 N_EXAMPLES = 3
 _PREFIX = re.compile(r"^.*? \((?P<qid>[^()]*)\): ")  # "<file> row <i> (<qid>): " before a bad row's reason
-_VALUE = re.compile(r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]|\b\d+\b")
+_VALUE = re.compile(r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]|\b\d+\b|(?<=labelled )[A-F]|(?<=position )[A-F]")
 FIXES = [  # (pattern in the reason, the fix); the first match wins
     ("not valid JSON", "repair or delete that line of the file"),
     ("missing field", "the row lacks a field this benchmark reads: re-download the released file, or check that "
@@ -45,7 +45,9 @@ FIXES = [  # (pattern in the reason, the fix); the first match wins
     ("task_type", "a task this benchmark does not score: check benchmark.part and benchmark.annotations"),
     ("is empty", "fill the empty field in the row named (a null is never read as text)"),
     ("is null", "fill the null option in the row named (a null is never read as an option)"),
+    ("does not hold", "an answer without its question: take questions.json and subset_answers.json from one release"),
     ("duplicate question id", "two rows share one id: remove the duplicate row"),
+    ("questions have", "the row has the wrong number of options for this benchmark: fix the row or leave it"),
     ("options", "the row's options are not a list of 2-6 strings: fix the row or leave it"),
 ]
 MISSING_FIX = "put the videos where conf/benchmark/{name}.yaml says (or set benchmark.root), then rerun"
