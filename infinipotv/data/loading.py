@@ -26,6 +26,7 @@ LETTERS = "ABCDEF"
 ANSWER_DIRECTLY = "Answer with the option's letter from the given choices directly."
 _OPTION_LINE = re.compile(r"^\(?([A-F])[.)]\s+(.*)$", re.MULTILINE)
 _PREFIXED = re.compile(r"^\s*\(?([A-F])[.)]\s*(.*)$", re.DOTALL)
+_NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
 class RowError(ValueError):
@@ -138,11 +139,8 @@ def hms_seconds(stamp: str) -> float:
     """"HH:MM:SS", "H:MM:SS" or "MM:SS" (fractional seconds allowed) -> seconds. A minutes or seconds field of 60
     or more (StreamingBench has one "00:12450") is a bad row, not a time three hours into the video."""
     parts = str(stamp).strip().split(":")
-    try:
-        values = [float(p) for p in parts]
-    except ValueError:
-        values = []
-    if not 1 < len(values) <= 3 or any(v < 0 for v in values) or any(v >= 60 for v in values[1:]):
+    values = [float(p) for p in parts] if all(_NUMBER.fullmatch(p) for p in parts) else []
+    if not 1 < len(values) <= 3 or any(v >= 60 for v in values[1:]):
         raise RowError(f"time stamp {stamp!r} is not H:MM:SS")
     return sum(v * 60**i for i, v in enumerate(reversed(values)))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from infinipotv.config import BenchmarkConfig, ConfigError
-from infinipotv.data.loading import DataError, benchmark_class
+from infinipotv.data.loading import DataError, RowError, benchmark_class, hms_seconds
 from infinipotv.data.streamingbench import PROMPT, SQA_CONTEXT
 from infinipotv.data.streamingbench_files import GROUPS, flatten_csv, repair_options
 from infinipotv.data.toy import BUILDERS
@@ -176,3 +176,10 @@ def test_streamingbench_prompt_is_upstreams(tmp_path: Path) -> None:
     q = load(BUILDERS["streamingbench"](tmp_path))[0].questions[0]
     assert q.prompt == PROMPT.format(question="What is visible at 00:00:01 (q1)?",
                                      options="A. thing 0.\nB. thing 1.\nC. thing 2.\nD. thing 3.")
+
+
+def test_time_stamps_in_the_released_forms() -> None:
+    assert [hms_seconds(s) for s in ("00:03:10", "0:03:10", "00:24", "00:00:8")] == [190.0, 190.0, 24.0, 8.0]
+    for bad in ("00:12450", "soon", "12", "1:2:3:4", "-0:01"):
+        with pytest.raises(RowError, match="is not H:MM:SS"):
+            hms_seconds(bad)
