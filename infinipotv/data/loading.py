@@ -262,11 +262,15 @@ class AnnotatedBenchmark(Benchmark):
         qid = str(raw_id) if not is_blank(raw_id) and str(raw_id) not in seen else f"{self.name}-row{index}"
         seen.add(qid)
         problem = f"missing field {err}" if isinstance(err, KeyError) else str(err)
-        keep = {n: str(row[k]) for n, k in self.category_fields.items() if not is_blank(row.get(k))}
+        keep = self.error_categories(row)
         video = row.get(self.video_field)
         return VideoSample(video_id=qid if is_blank(video) else str(video), path=Path(),
                            questions=[Question(qid=qid, prompt="", gold="", categories=keep)],
                            error=f"{row.get('_source') or f'{self.annotations.name} row {index}'} ({qid}): {problem}")
+
+    def error_categories(self, row: dict[str, Any]) -> dict[str, str]:
+        """The categories a bad row still has, so its error lands in its table row."""
+        return {n: str(row[k]) for n, k in self.category_fields.items() if not is_blank(row.get(k))}
 
     def score(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return summary(records, list(self.category_fields))

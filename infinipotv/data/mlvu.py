@@ -22,7 +22,7 @@ from typing import Any
 from infinipotv.data.base import Question, register
 from infinipotv.data.base import VideoSample
 from infinipotv.data.loading import (LETTERS, AnnotatedBenchmark, DataError, RowError, check_root, first_existing,
-                                     options_from_list, read_records, text)
+                                     is_blank, options_from_list, read_records, text)
 from infinipotv.data.parsing import by_form
 from infinipotv.data.scoring import mean
 
@@ -60,8 +60,9 @@ def from_official(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         source = {"_source": row["_source"]} if "_source" in row else {}
         cands = row.get("candidates")
         lines = "".join(f"\n({x}) {c}" for x, c in zip(LETTERS, cands)) if isinstance(cands, list) else ""
+        question = None if is_blank(row.get("question")) else f"{row['question']}{lines}"
         out.append({"video_name": row.get("video"), "duration": row.get("duration"), "candidates": cands,
-                    "question": f"{row.get('question')}{lines}", "answer": row.get("answer"), "task_type": task,
+                    "question": question, "answer": row.get("answer"), "task_type": task,
                     "question_id": f"{task}_{k}", **source})
     return out
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from infinipotv.config import BenchmarkConfig, ConfigError
 from infinipotv.data.base import Question, VideoSample, register
-from infinipotv.data.loading import (AnnotatedBenchmark, DataError, check_root, gold_letter, hms_seconds,
+from infinipotv.data.loading import (AnnotatedBenchmark, DataError, RowError, check_root, gold_letter, hms_seconds,
                                      options_from_list, read_json, read_records, text)
 from infinipotv.data.parsing import by_form, first_char
 from infinipotv.data.streamingbench_files import (csv_options, flatten_csv, flatten_entries, flatten_sqa,
@@ -130,6 +130,14 @@ class StreamingBench(AnnotatedBenchmark):
         if task == "Sequential Question Answering":
             self._sqa[qid] = (str(row["time_stamp"]), question)
         return text(row, "video_id"), self.root / text(row, "video_path"), q
+
+    def error_categories(self, row: dict[str, Any]) -> dict[str, str]:
+        """A bad row's task under the paper's name, with its group (nothing when the task itself is unknown)."""
+        try:
+            task, group = task_and_group(row.get("task_type"))
+        except RowError:
+            return {}
+        return {"task_type": task, "group": group}
 
     def parse(self, output: str, question: Question) -> str | None:
         letters = "".join(question.options)

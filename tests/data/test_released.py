@@ -31,6 +31,7 @@ def test_one_video_from_several_entries_is_one_pass_in_time_order(tmp_path: Path
     assert first.video_id == "sample_1_real" and len(first.questions) == 3  # two entries, another video between
     assert [q.time_s for q in first.questions] == [1.0, 2.0, 3.0]  # "0:00:01", "00:00:02", "00:03"
     assert [q.qid for q in first.questions] == ["sample_1_real_2", "sample_1_real_1", "sample_1_real_3"]
+    assert samples[-1].questions[0].categories == {"task_type": "Counting", "group": "Real-Time Visual Understanding"}
     bare = first.questions[2]  # its options are bare text: labelled A-D in the prompt, as upstream does
     assert bare.options == {x: f"thing {i}." for i, x in enumerate("ABCD")} and "\nA. thing 0.\n" in bare.prompt
 
