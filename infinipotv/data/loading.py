@@ -89,8 +89,9 @@ def read_json(path: Path) -> Any:
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The rows of a released annotation file: .json (a list of rows), .jsonl, .csv or .parquet."""
     if not path.is_file():
-        raise DataError(f"annotation file not found: {path}; put the released file there or point "
-                        f"benchmark.annotations at it (see conf/benchmark/)")
+        raise DataError(f"annotation file not found: {path}; put the released file there, set INFINIPOTV_DATA "
+                        f"(or benchmark.root=) to the folder holding it, or point benchmark.annotations at it "
+                        f"(see conf/benchmark/)")
     suffix = path.suffix.lower()
     if suffix == ".json":
         rows = read_json(path)
