@@ -41,7 +41,8 @@ class FramePolicy(Policy):
 @dataclass(frozen=True)
 class UniformFrames(FramePolicy):
     """Whole frames evenly spaced over the region: ceil(|C| / p) of them, oldest and newest included, newest ranked
-    first (the paper's "Uniform Select"). Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), budget and ablation tables.
+    first (the paper's "Uniform Select"). Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), budget and ablation
+    tables.
 
     Parameters:
         frame_view: ``pseudo_frames`` or ``grid_aware`` (see :mod:`.layout`).
@@ -72,8 +73,8 @@ class UniformFrames(FramePolicy):
 @register("tar_frame")
 @dataclass(frozen=True)
 class TarFrame(FramePolicy):
-    """TaR at frame level: the r recent frames, then whole past frames by their mean TaR score. Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745),
-    ablation table ("TaR frame-level").
+    """TaR at frame level: the r recent frames, then whole past frames by their mean TaR score. Paper: InfiniPot-V
+    (NeurIPS 2025, arXiv:2506.15745), ablation table ("TaR frame-level").
 
     Parameters:
         r_ratio: recent frames r = max(1, floor(r_ratio * frames)), always kept.

@@ -99,7 +99,8 @@ class TarVanPool(Policy):
 @register("tar_van")
 @dataclass(frozen=True)
 class TarVan(TarVanPool):
-    """TaR + VaN without pooling (the paper's ablation of pooling). Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), ablation table.
+    """TaR + VaN without pooling (the paper's ablation of pooling). Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745),
+    ablation table.
 
     Parameters: alpha, r_ratio, frame_view (as :class:`TarVanPool`); pins pooling to none.
     """
@@ -123,8 +124,8 @@ class Tar(TarVan):
 @register("tar_reversed")
 @dataclass(frozen=True)
 class TarReversed(Tar):
-    """Sanity ablation: the recent frames plus the MOST redundant past tokens. Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), ablation table
-    ("TaR reversed").
+    """Sanity ablation: the recent frames plus the MOST redundant past tokens. Paper: InfiniPot-V (NeurIPS 2025,
+    arXiv:2506.15745), ablation table ("TaR reversed").
 
     Parameters: r_ratio, frame_view (as :class:`Tar`).
     """
@@ -135,8 +136,8 @@ class TarReversed(Tar):
 @register("van_pool")
 @dataclass(frozen=True)
 class VanPool(TarVanPool):
-    """VaN alone, pooled: the tokens in neighbourhoods of large value norm. Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), ablation table
-    ("VaN + pool").
+    """VaN alone, pooled: the tokens in neighbourhoods of large value norm. Paper: InfiniPot-V (NeurIPS 2025,
+    arXiv:2506.15745), ablation table ("VaN + pool").
 
     Parameters: pooling, cv_thresholds, frame_view (as :class:`TarVanPool`); pins alpha to 0.
     """
@@ -148,7 +149,8 @@ class VanPool(TarVanPool):
 @register("van")
 @dataclass(frozen=True)
 class Van(VanPool):
-    """VaN alone: the tokens with the largest value norms, per head. Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), ablation table ("VaN").
+    """VaN alone: the tokens with the largest value norms, per head. Paper: InfiniPot-V (NeurIPS 2025,
+    arXiv:2506.15745), ablation table ("VaN").
 
     Parameters: none.
     """
@@ -161,7 +163,8 @@ class Van(VanPool):
 @register("van_reversed")
 @dataclass(frozen=True)
 class VanReversed(Van):
-    """Sanity ablation: the smallest value norms. Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), ablation table ("VaN reversed").
+    """Sanity ablation: the smallest value norms. Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), ablation table
+    ("VaN reversed").
 
     Parameters: none.
     """
