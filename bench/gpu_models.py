@@ -33,7 +33,7 @@ def measure() -> list[dict]:
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from tests.models.reference import DTYPE, FAMILIES, PROMPT, one_shot_logprobs, stream, tiny_adapter
+    from infinipotv.stream.reference import DTYPE, FAMILIES, PROMPT, one_shot_logprobs, stream, tiny_adapter
 
     rng = np.random.default_rng(0)
     video = rng.integers(0, 255, size=(12, 112, 168, 3)).astype(np.uint8)

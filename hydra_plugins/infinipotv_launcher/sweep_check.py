@@ -2,10 +2,11 @@
 
 Each job's config is composed exactly as the job itself will compose it (Hydra's config loader on the master config,
 whose resolver cache is copied, so ``${now:...}`` gives the job's value) and passed through
-:func:`infinipotv.factory.validate`. Two more things are checked because they silently corrupt results rather than
-fail: two jobs writing to one run directory, and a job whose run directory already holds a run with a different
-config (resume would append this config's answers to that run's predictions). One bad job rejects the sweep, with a
-message naming each bad job by its overrides and its problem.
+:func:`infinipotv.factory.validate`; its benchmark's annotation file and video root must exist (where the benchmark
+itself says they are), or the job would fail on the node. Two more things are checked because they silently corrupt
+results rather than fail: two jobs writing to one run directory, and a job whose run directory already holds a run
+with a different config (resume would append this config's answers to that run's predictions). One bad job rejects
+the sweep, with a message naming each bad job by its overrides and its problem.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 log = logging.getLogger(__name__)
+DATA_ENV = "INFINIPOTV_DATA"  # the data folder conf/benchmark/*.yaml put every benchmark root under
+NAME_CHARS = 120  # Slurm keeps longer job names, but squeue/sacct columns are narrow anyway
 
 
 class SweepRejected(CompactHydraException):
@@ -63,6 +66,46 @@ def _run_dir(sweep_config: DictConfig, run_dir_override: str | None) -> Path | N
         return None  # a subdir naming ${hydra.job.id}: known only once submitted (and never resumable)
 
 
+def data_problem(cfg: Any) -> str | None:
+    """Why the job's benchmark cannot find its data (annotation file, video root), naming what to set; or None.
+
+    The paths are the benchmark's own (``Benchmark.root`` / ``.annotations``, defaults included). The symbolic
+    benchmark generates its data on first use, so only an explicit ``benchmark.annotations`` must exist there.
+    """
+    from infinipotv.data.loading import AnnotatedBenchmark
+    from infinipotv.data.symbolic import Symbolic
+    from infinipotv.factory import build_benchmark
+
+    bench = build_benchmark(cfg)
+    if not isinstance(bench, AnnotatedBenchmark):
+        return None
+    generated = isinstance(bench, Symbolic)
+    if generated and not cfg.benchmark.annotations:
+        return None
+    missing = [] if generated or bench.root.is_dir() else [f"video root {bench.root.absolute()}"]
+    if not bench.annotations.is_file():
+        missing.append(f"annotation file {bench.annotations.absolute()}")
+    if not missing:
+        return None
+    data = os.environ.get(DATA_ENV)
+    return (f"{' and '.join(missing)} not found: set {DATA_ENV} to the folder that holds {bench.root.name}/ "
+            f"(now {data or 'unset'}), or benchmark.root=DIR and benchmark.annotations=FILE")
+
+
+def job_name(master: DictConfig, jobs: Sequence[PlannedJob]) -> str:
+    """The Slurm name of a sweep's array: its experiment and what its jobs vary, e.g.
+    ``budget_sweep compress=swa,tar compress.budget=72,144``; a lone job: its overrides."""
+    hidden = set(OmegaConf.select(master, "hydra.job.config.override_dirname.exclude_keys", default=[]))
+    overrides = [dict(o.lstrip("+~").split("=", 1) for o in filter_overrides(j.overrides) if "=" in o) for j in jobs]
+    keys = [k for k in dict.fromkeys(k for o in overrides for k in o) if k not in hidden]  # as run dirs are named
+    values = {k: list(dict.fromkeys(o.get(k, "-") for o in overrides)) for k in keys}
+    varied = [f"{k}={','.join(v)}" for k, v in values.items() if len(v) > 1] or [f"{k}={v[0]}" for k, v in
+                                                                                 values.items()]
+    experiment = OmegaConf.select(master, "experiment", default=None)
+    name = " ".join([str(experiment)] * bool(experiment) + varied) or str(master.hydra.job.name)
+    return name[:NAME_CHARS]
+
+
 def plan_job(config_loader: Any, master: DictConfig, overrides: Sequence[str], num: int) -> PlannedJob:
     """Compose and check one job of the sweep; a failure becomes the job's ``problem``, never an exception."""
     # Imported here: Hydra imports every hydra_plugins module at start-up, and torch should not slow that down.
@@ -83,6 +126,7 @@ def plan_job(config_loader: Any, master: DictConfig, overrides: Sequence[str], n
         validate(run_cfg)
         if job.run_dir is not None:
             job.problem = config_conflict(job.run_dir, OmegaConf.to_yaml(OmegaConf.structured(run_cfg)))
+        job.problem = job.problem or data_problem(run_cfg)
     except Exception as err:  # anything that fails here fails on the node too: report it, keep checking the rest
         message = " ".join(str(err).split())  # OmegaConf errors span lines; one line per job reads better
         job.problem = message if isinstance(err, ConfigError) else f"{type(err).__name__}: {message}"

@@ -19,9 +19,11 @@ from typing import Any, Callable, ClassVar, TypeVar
 
 import torch
 
+from infinipotv.registry import Registry
+
 from .layout import FrameLayout
 
-POLICIES: dict[str, type["Policy"]] = {}
+POLICIES: Registry[type["Policy"]] = Registry("compression policy")
 
 # Named bundles of defaults (precedence: :func:`resolve_params`); a preset value is only applied to a policy that
 # declares that parameter. Under public_code the "uniform" baseline is uniform_tokens (the paper's
@@ -39,10 +41,8 @@ def register(name: str) -> Callable[[P], P]:
     """Class decorator: make the policy buildable as ``build(name)``."""
 
     def decorate(cls: P) -> P:
-        if name in POLICIES:
-            raise ValueError(f"compression policy {name!r} is registered twice")
+        POLICIES.add(name, cls)
         cls.name = name
-        POLICIES[name] = cls
         return cls
 
     return decorate

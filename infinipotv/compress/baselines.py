@@ -16,7 +16,10 @@ _MIX = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)  # odd 64-bi
 @register("full")
 @dataclass(frozen=True)
 class Full(Policy):
-    """No eviction: the reference with the whole video in the cache."""
+    """No eviction: the reference with the whole video in the cache ("Full KV" in every table).
+
+    Parameters: none.
+    """
 
     evicts = False
 
@@ -35,8 +38,11 @@ class Full(Policy):
 @register("uniform_tokens")
 @dataclass(frozen=True)
 class UniformTokens(Policy):
-    """Every k-th token: |C| indices evenly spaced over the region, oldest and newest included (the public code's
-    "uniform")."""
+    """Every k-th token: |C| indices evenly spaced over the region, oldest and newest included (the public InfiniPot-V
+    code's "uniform" baseline).
+
+    Parameters: none.
+    """
 
     def keep(
         self,
@@ -56,8 +62,12 @@ class UniformTokens(Policy):
 @register("swa")
 @dataclass(frozen=True)
 class Swa(Policy):
-    """StreamingLLM-style window: the first ``n_sink`` vision tokens of the region (attention sinks) + the most
-    recent ones."""
+    """A sliding window with attention sinks: the first ``n_sink`` vision tokens of the region plus the most recent.
+    Paper: StreamingLLM (Xiao et al., ICLR 2024, arXiv:2309.17453).
+
+    Parameters:
+        n_sink: vision tokens at the start of the region always kept.
+    """
 
     n_sink: int = 4
 
@@ -82,8 +92,13 @@ class Swa(Policy):
 @register("random")
 @dataclass(frozen=True)
 class Random(Policy):
-    """Uniformly random tokens per head. The generator is seeded from (seed, layer, T, newest token id), so the
-    same stream always gives the same cache, whatever else ran before, and successive passes draw afresh."""
+    """Uniformly random tokens per head (a floor every method should beat). The generator is seeded from (seed,
+    layer, T, newest token id), so the same stream always gives the same cache, whatever else ran before, and
+    successive passes draw afresh.
+
+    Parameters:
+        seed: the generator's seed.
+    """
 
     seed: int = 0
 
@@ -100,7 +115,11 @@ class Random(Policy):
 @register("knorm")
 @dataclass(frozen=True)
 class Knorm(Policy):
-    """The tokens with the LOWEST key L2 norm (low-norm keys draw the most attention)."""
+    """The tokens with the LOWEST key L2 norm (low-norm keys draw the most attention). Paper: "A Simple and
+    Effective L2 Norm-Based Strategy for KV Cache Compression" (Devoto et al., EMNLP 2024, arXiv:2406.11430).
+
+    Parameters: none.
+    """
 
     def score(
         self, keys: torch.Tensor, values: torch.Tensor, layout: FrameLayout, layer: int, n_layers: int

@@ -40,7 +40,13 @@ class FramePolicy(Policy):
 @register("uniform_frames")
 @dataclass(frozen=True)
 class UniformFrames(FramePolicy):
-    """ceil(|C| / p) frames evenly spaced over the region (oldest and newest included), newest ranked first."""
+    """Whole frames evenly spaced over the region: ceil(|C| / p) of them, oldest and newest included, newest ranked
+    first (the paper's "Uniform Select"). Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), budget and ablation
+    tables.
+
+    Parameters:
+        frame_view: ``pseudo_frames`` or ``grid_aware`` (see :mod:`.layout`).
+    """
 
     def keep(
         self,
@@ -67,7 +73,13 @@ class UniformFrames(FramePolicy):
 @register("tar_frame")
 @dataclass(frozen=True)
 class TarFrame(FramePolicy):
-    """TaR at frame level: the r recent frames, then whole past frames by mean s_TaR."""
+    """TaR at frame level: the r recent frames, then whole past frames by their mean TaR score. Paper: InfiniPot-V
+    (NeurIPS 2025, arXiv:2506.15745), ablation table ("TaR frame-level").
+
+    Parameters:
+        r_ratio: recent frames r = max(1, floor(r_ratio * frames)), always kept.
+        frame_view: ``pseudo_frames`` or ``grid_aware``.
+    """
 
     r_ratio: float = 0.125
 

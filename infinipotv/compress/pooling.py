@@ -15,11 +15,11 @@ Which kernel a layer gets:
   by subtracting 1, and no pooling when that side is below 2; 1D uses the plain kernel.
 - ``layer_quartile_axes`` (ours): 4 equal groups, group = layer * 4 // n_layers, and each side of the kernel clipped
   to its own extent and made odd (a small grid is still pooled along its longer axes).
-- ``cv`` (paper, with our per-axis clipping): CV = std / mean of the layer's raw VaN scores (all heads and tokens, population std). Our reading
-  of the thresholds tau1 > tau2 > tau3: CV >= tau1 -> 3D 7, >= tau2 -> 2D 5, >= tau3 -> 1D 3, below -> none. A high
-  CV means a few tokens dominate the value norms; a wider kernel then keeps their neighbourhoods too instead of a
-  handful of isolated outliers. The paper does not publish the thresholds: the defaults (1.0, 0.6, 0.3) are config
-  values with no claim of fidelity.
+- ``cv`` (paper, with our per-axis clipping): CV = std / mean of the layer's raw VaN scores (all heads and tokens,
+  population std). Our reading of the thresholds tau1 > tau2 > tau3: CV >= tau1 -> 3D 7, >= tau2 -> 2D 5,
+  >= tau3 -> 1D 3, below -> none. A high CV means a few tokens dominate the value norms; a wider kernel then keeps
+  their neighbourhoods too instead of a handful of isolated outliers. The paper does not publish the thresholds:
+  the defaults (1.0, 0.6, 0.3) are config values with no claim of fidelity.
 """
 
 from __future__ import annotations

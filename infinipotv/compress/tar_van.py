@@ -27,7 +27,19 @@ from .scores import check_tar_share, recent_frames, tar_scores, tar_share, van_s
 @register("tar_van_pool")
 @dataclass(frozen=True)
 class TarVanPool(Policy):
-    """InfiniPot-V: TaR (temporal redundancy of keys) + VaN (value norm), VaN pooled."""
+    """InfiniPot-V: the r recent frames and the least temporally redundant keys (TaR), then the largest value norms
+    (VaN) of the pooled VaN map, until |C| tokens per head.
+
+    Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), Sec. 3.
+
+    Parameters:
+        alpha: TaR's share of |C| (n_tar = |C| - round((1 - alpha) |C|)); 0 = VaN alone, 1 = TaR alone.
+        r_ratio: recent frames r = max(1, floor(r_ratio * frames)), always kept (paper 0.125, public code 0.25).
+        pooling: how the VaN map is smoothed: ``layer_quartile`` (the public code's rule), ``layer_quartile_axes``
+            (ours: per-axis clipping), ``cv`` (the paper's, thresholds unpublished) or ``none``.
+        cv_thresholds: tau1 > tau2 > tau3 for ``pooling=cv`` (no claim of fidelity).
+        frame_view: ``pseudo_frames`` (the public code) or ``grid_aware`` (ours), see :mod:`.layout`.
+    """
 
     reads_any_float: ClassVar[bool] = True  # tar_scores and van_scores compute in fp32 from any float dtype
 
@@ -87,7 +99,11 @@ class TarVanPool(Policy):
 @register("tar_van")
 @dataclass(frozen=True)
 class TarVan(TarVanPool):
-    """TaR + VaN without pooling."""
+    """TaR + VaN without pooling (the paper's ablation of pooling). Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745),
+    ablation table.
+
+    Parameters: alpha, r_ratio, frame_view (as :class:`TarVanPool`); pins pooling to none.
+    """
 
     pooling: str = fixed("none")
     cv_thresholds: tuple[float, float, float] = fixed((1.0, 0.6, 0.3))
@@ -96,7 +112,11 @@ class TarVan(TarVanPool):
 @register("tar")
 @dataclass(frozen=True)
 class Tar(TarVan):
-    """TaR alone: the r recent frames plus the least redundant past tokens."""
+    """TaR alone: the r recent frames plus the past tokens least similar to the same patch in the recent frames.
+    Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), ablation table ("TaR").
+
+    Parameters: r_ratio, frame_view (as :class:`TarVanPool`); pins alpha to 1.
+    """
 
     alpha: float = fixed(1.0)
 
@@ -104,7 +124,11 @@ class Tar(TarVan):
 @register("tar_reversed")
 @dataclass(frozen=True)
 class TarReversed(Tar):
-    """Sanity ablation: the recent frames plus the MOST redundant past tokens."""
+    """Sanity ablation: the recent frames plus the MOST redundant past tokens. Paper: InfiniPot-V (NeurIPS 2025,
+    arXiv:2506.15745), ablation table ("TaR reversed").
+
+    Parameters: r_ratio, frame_view (as :class:`Tar`).
+    """
 
     reverse: bool = fixed(True)
 
@@ -112,7 +136,11 @@ class TarReversed(Tar):
 @register("van_pool")
 @dataclass(frozen=True)
 class VanPool(TarVanPool):
-    """VaN alone, pooled."""
+    """VaN alone, pooled: the tokens in neighbourhoods of large value norm. Paper: InfiniPot-V (NeurIPS 2025,
+    arXiv:2506.15745), ablation table ("VaN + pool").
+
+    Parameters: pooling, cv_thresholds, frame_view (as :class:`TarVanPool`); pins alpha to 0.
+    """
 
     alpha: float = fixed(0.0)
     r_ratio: float = fixed(0.125)
@@ -121,7 +149,11 @@ class VanPool(TarVanPool):
 @register("van")
 @dataclass(frozen=True)
 class Van(VanPool):
-    """VaN alone: the largest value norms."""
+    """VaN alone: the tokens with the largest value norms, per head. Paper: InfiniPot-V (NeurIPS 2025,
+    arXiv:2506.15745), ablation table ("VaN").
+
+    Parameters: none.
+    """
 
     pooling: str = fixed("none")
     cv_thresholds: tuple[float, float, float] = fixed((1.0, 0.6, 0.3))
@@ -131,6 +163,10 @@ class Van(VanPool):
 @register("van_reversed")
 @dataclass(frozen=True)
 class VanReversed(Van):
-    """Sanity ablation: the smallest value norms."""
+    """Sanity ablation: the smallest value norms. Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), ablation table
+    ("VaN reversed").
+
+    Parameters: none.
+    """
 
     reverse: bool = fixed(True)

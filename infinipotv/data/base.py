@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from infinipotv.registry import Registry
+
 
 @dataclass
 class Question:
@@ -63,10 +65,9 @@ class Benchmark(ABC):
         """Scores (0-100) from prediction records alone, overall and per category."""
 
 
-BENCHMARKS: dict[str, type[Benchmark]] = {}
+BENCHMARKS: Registry[type[Benchmark]] = Registry("benchmark")
 
 
 def register(cls: type[Benchmark]) -> type[Benchmark]:
     """Class decorator: make a benchmark buildable by its ``name``."""
-    BENCHMARKS[cls.name] = cls
-    return cls
+    return BENCHMARKS.add(cls.name, cls)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import csv
 import importlib
+import io
 import json
+import math
 import re
 from abc import abstractmethod
 from collections.abc import Iterator
@@ -24,10 +26,16 @@ LETTERS = "ABCDEF"
 ANSWER_DIRECTLY = "Answer with the option's letter from the given choices directly."
 _OPTION_LINE = re.compile(r"^\(?([A-F])[.)]\s+(.*)$", re.MULTILINE)
 _PREFIXED = re.compile(r"^\s*\(?([A-F])[.)]\s*(.*)$", re.DOTALL)
+_NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
 class RowError(ValueError):
     """One annotation row that cannot become a question; it is reported on its own sample."""
+
+
+class DataError(ConfigError):
+    """A benchmark root or annotation file that cannot be read at all. The message is one line naming the file (and
+    line) and the fix; ``run.py`` prints it and exits before any model is loaded."""
 
 
 def _native(value: Any) -> Any:
@@ -35,36 +43,92 @@ def _native(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
+def check_root(root: Path) -> None:
+    """A missing or empty benchmark root is one line, not a run of "video not found" errors."""
+    if not root.is_dir():
+        raise DataError(f"benchmark.root={root} does not exist; set benchmark.root= (or INFINIPOTV_DATA) to the "
+                        f"folder holding the released annotations and videos (see conf/benchmark/)")
+    if not any(root.iterdir()):
+        raise DataError(f"benchmark.root={root} is empty; put the released annotations and videos there "
+                        f"(conf/benchmark/ lists the layout; `python -m infinipotv.data.toy ROOT` writes a small one)")
+
+
+def read_text(path: Path) -> str:
+    """A released text file as UTF-8 (a leading BOM is dropped); a non-UTF-8 file names its first bad line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not UTF-8 (byte 0x{data[err.start]:02x}); re-save the file as UTF-8, "
+                        f"e.g. iconv -f latin1 -t utf-8 {path.name} > fixed_{path.name}") from None
+
+
+def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
+    """One row per non-empty line; a broken line becomes a row carrying its problem (file and line named)."""
+    rows: list[dict[str, Any]] = []
+    for n, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            rows.append({"_problem": f"{path.name}:{n}: not valid JSON ({err.msg} at column {err.colno}); "
+                                     f"fix or delete that line"})
+    return rows
+
+
+def read_json(path: Path) -> Any:
+    """A .json file; invalid JSON names the file and line."""
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); re-download the released file") from None
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The rows of a released annotation file: .json (a list of rows), .jsonl, .csv or .parquet."""
     if not path.is_file():
-        raise FileNotFoundError(f"annotation file not found: {path}; put the released file there or point "
-                                f"benchmark.annotations at it (see conf/benchmark/)")
+        raise DataError(f"annotation file not found: {path}; put the released file there, set INFINIPOTV_DATA "
+                        f"(or benchmark.root=) to the folder holding it, or point benchmark.annotations at it "
+                        f"(see conf/benchmark/)")
     suffix = path.suffix.lower()
     if suffix == ".json":
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        rows = read_json(path)
         if isinstance(rows, dict) and len(rows) == 1 and isinstance(next(iter(rows.values())), list):
             rows = next(iter(rows.values()))  # {"data": [...]} exports
     elif suffix == ".jsonl":
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = _jsonl_rows(path)
     elif suffix == ".csv":
-        with path.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
+        rows = list(csv.DictReader(io.StringIO(read_text(path), newline="")))
     elif suffix == ".parquet":
         import pandas as pd
 
         try:
             frame = pd.read_parquet(path)
         except ImportError as err:
-            raise RuntimeError(f"reading {path} needs pyarrow (pip install pyarrow), or export it to .json with the "
-                               f"same fields and set benchmark.annotations to that file") from err
+            raise DataError(f"reading {path} needs pyarrow (pip install pyarrow), or export it to .json with the "
+                            f"same fields and set benchmark.annotations to that file") from err
         rows = [{k: _native(v) for k, v in row.items()} for row in frame.to_dict("records")]
     else:
-        raise ValueError(f"benchmark.annotations={path}: unsupported file type {suffix!r}; "
-                         f"use the released .parquet/.json/.jsonl/.csv")
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise ValueError(f"{path} must hold a list of annotation rows (objects)")
-    return rows
+        raise DataError(f"benchmark.annotations={path}: unsupported file type {suffix!r}; "
+                        f"use the released .parquet/.json/.jsonl/.csv")
+    if not isinstance(rows, list):
+        raise DataError(f"{path} must hold a list of annotation rows (objects), found {type(rows).__name__}")
+    return [r if isinstance(r, dict) else {"_problem": f"row is a {type(r).__name__}, not an object"} for r in rows]
+
+
+def is_blank(value: Any) -> bool:
+    """None, NaN (a parquet's empty cell) or an empty string: a field the row does not really have."""
+    return value is None or (isinstance(value, float) and math.isnan(value)) or str(value).strip() == ""
+
+
+def text(row: dict[str, Any], key: str) -> str:
+    """A required text field; a null or empty cell is a bad row, never the text "None"."""
+    value = row[key]
+    if is_blank(value):
+        raise RowError(f"{key} is empty")
+    return value if isinstance(value, str) else str(value)
 
 
 def first_existing(candidates: list[Path]) -> Path:
@@ -73,26 +137,28 @@ def first_existing(candidates: list[Path]) -> Path:
 
 
 def hms_seconds(stamp: str) -> float:
-    """"HH:MM:SS" (or "MM:SS", fractional seconds allowed) -> seconds."""
+    """"HH:MM:SS", "H:MM:SS" or "MM:SS" (fractional seconds allowed) -> seconds. A minutes or seconds field of 60
+    or more (StreamingBench has one "00:12450") is a bad row, not a time three hours into the video."""
     parts = str(stamp).strip().split(":")
-    try:
-        if len(parts) > 3:
-            raise ValueError
-        return sum(float(p) * 60**i for i, p in enumerate(reversed(parts)))
-    except ValueError:
-        raise RowError(f"time stamp {stamp!r} is not HH:MM:SS") from None
+    values = [float(p) for p in parts] if all(_NUMBER.fullmatch(p) for p in parts) else []
+    if not 1 < len(values) <= 3 or any(v >= 60 for v in values[1:]):
+        raise RowError(f"time stamp {stamp!r} is not H:MM:SS")
+    return sum(v * 60**i for i, v in enumerate(reversed(values)))
 
 
 def options_from_list(raw: list[str]) -> dict[str, str]:
-    """Released option strings ("A. text", "(A) text" or bare text) -> letter -> text, letters in order."""
+    """Released option strings ("A. text", "(A) text" or bare text) -> letter -> text, letters in order. An empty
+    string is an (empty) option as shipped; a null is a bad row, never the option "None"."""
     if not isinstance(raw, list) or not 2 <= len(raw) <= len(LETTERS):
         raise RowError(f"options must be a list of 2-{len(LETTERS)} strings, got {raw!r}")
     options = {}
-    for letter, text in zip(LETTERS, raw):
-        m = _PREFIXED.match(str(text))
+    for letter, value in zip(LETTERS, raw):
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            raise RowError(f"option {letter} is null")
+        m = _PREFIXED.match(str(value))
         if m and m.group(1) != letter:
-            raise RowError(f"option {text!r} is labelled {m.group(1)} at position {letter}")
-        options[letter] = (m.group(2) if m else str(text)).strip()
+            raise RowError(f"option {value!r} is labelled {m.group(1)} at position {letter}")
+        options[letter] = (m.group(2) if m else str(value)).strip()
     return options
 
 
@@ -159,6 +225,7 @@ class AnnotatedBenchmark(Benchmark):
 
     def load(self) -> list[VideoSample]:
         """Every video with its questions, in the order of the annotation file."""
+        check_root(self.root)
         return self.collect(read_records(self.annotations))
 
     @abstractmethod
@@ -175,6 +242,8 @@ class AnnotatedBenchmark(Benchmark):
         seen: set[str] = set()
         for i, row in enumerate(rows):
             try:
+                if "_problem" in row:
+                    raise RowError(row["_problem"])
                 vid, path, q = self.row(row)
                 if q.qid in seen:
                     raise RowError(f"duplicate question id {q.qid!r}")
@@ -191,13 +260,18 @@ class AnnotatedBenchmark(Benchmark):
     def bad_row(self, index: int, row: dict[str, Any], err: Exception, seen: set[str]) -> VideoSample:
         """A sample for a malformed row: one placeholder question, so the job records it as an error."""
         raw_id = row.get(self.id_field)
-        qid = str(raw_id) if raw_id is not None and str(raw_id) not in seen else f"{self.name}-row{index}"
+        qid = str(raw_id) if not is_blank(raw_id) and str(raw_id) not in seen else f"{self.name}-row{index}"
         seen.add(qid)
         problem = f"missing field {err}" if isinstance(err, KeyError) else str(err)
-        keep = {n: str(row[k]) for n, k in self.category_fields.items() if row.get(k) is not None}
-        return VideoSample(video_id=str(row.get(self.video_field, qid)), path=Path(),
+        keep = self.error_categories(row)
+        video = row.get(self.video_field)
+        return VideoSample(video_id=qid if is_blank(video) else str(video), path=Path(),
                            questions=[Question(qid=qid, prompt="", gold="", categories=keep)],
-                           error=f"{self.annotations.name} row {index} ({qid}): {problem}")
+                           error=f"{row.get('_source') or f'{self.annotations.name} row {index}'} ({qid}): {problem}")
+
+    def error_categories(self, row: dict[str, Any]) -> dict[str, str]:
+        """The categories a bad row still has, so its error lands in its table row."""
+        return {n: str(row[k]) for n, k in self.category_fields.items() if not is_blank(row.get(k))}
 
     def score(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return summary(records, list(self.category_fields))

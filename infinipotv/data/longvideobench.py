@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from infinipotv.data.base import Question, register
-from infinipotv.data.loading import ANSWER_DIRECTLY, LETTERS, AnnotatedBenchmark, RowError
+from infinipotv.data.loading import ANSWER_DIRECTLY, LETTERS, AnnotatedBenchmark, RowError, text
 from infinipotv.data.parsing import first_capital
 
 MAX_NEW_TOKENS = 32
@@ -43,10 +43,10 @@ class LongVideoBench(AnnotatedBenchmark):
         if not 0 <= choice < len(options):
             raise RowError(f"correct_choice {choice} is not an index of the {len(options)} options")
         lines = "\n".join(f"{letter}. {text}" for letter, text in options.items())
-        question = Question(qid=str(row["id"]), prompt=f"{row['question']}\n{lines}\n{ANSWER_DIRECTLY}\n",
+        question = Question(qid=text(row, "id"), prompt=f"{text(row, 'question')}\n{lines}\n{ANSWER_DIRECTLY}\n",
                             gold=LETTERS[choice], options=options, categories=self.categories(row),
                             max_new_tokens=MAX_NEW_TOKENS)
-        return str(row["video_id"]), self.root / "videos" / str(row["video_path"]), question
+        return text(row, "video_id"), self.root / "videos" / text(row, "video_path"), question
 
     def parse(self, output: str, question: Question) -> str | None:
         return first_capital(output, "".join(question.options), question.qid, self.cfg.seed, strict=self.strict)

@@ -4,6 +4,10 @@ Reads ``RUN_DIR/config.yaml`` (its ``benchmark`` node) and ``RUN_DIR/predictions
 again with the configured parser (or ``--parser``), prints a markdown summary, and with ``--write`` stores the new
 scores in ``RUN_DIR/metrics.json`` (keys ``scores``, ``parser``, ``subset``; other keys are kept). This is how a
 table switches between the faithful and the strict parser, or picks up a parser fix, without a GPU.
+
+A line that is not a prediction (not JSON, not UTF-8, not an object, no ``question_id``: a job killed mid-write, a
+disk error) is skipped with a warning naming the file and line; no prediction at all, or no run files, is an error:
+one line, exit 2.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +25,70 @@ from infinipotv.config import BenchmarkConfig, Parser
 from infinipotv.data.base import Benchmark
 from infinipotv.data.loading import benchmark_class, question_from_record
 from infinipotv.data.subset import describe
-from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS, read_jsonl
+from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS
 
 Record = dict[str, Any]
+
+
+class SkippedInput(UserWarning):
+    """A corrupt file, or a corrupt line of one, left out of what is read; the message names it and says why."""
+
+
+def skip(message: str) -> None:
+    """Warn that ``message`` (a file, maybe a line, and the reason) was left out; the caller goes on without it."""
+    warnings.warn(message, SkippedInput, stacklevel=3)
+
+
+def _prediction(line: bytes) -> tuple[Record | None, str | None]:
+    """One line of predictions.jsonl as a record, or why it is not one."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except json.JSONDecodeError as err:
+        return None, f"not JSON ({err.msg})"
+    if not isinstance(record, dict):
+        return None, f"a JSON {type(record).__name__}, not a prediction object"
+    if record.get("question_id") is None:
+        return None, "no question_id"
+    return record, None
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The object in a JSON file (metrics.json, provenance.json); None when it is absent, or corrupt: then with a
+    :class:`SkippedInput` warning naming the file."""
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        skip(f"{path}: not JSON ({type(err).__name__}: {err}); file skipped")
+        return None
+    if not isinstance(value, dict):
+        skip(f"{path}: a JSON {type(value).__name__}, not an object; file skipped")
+        return None
+    return value
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A run's config.yaml as plain containers (interpolations resolved); ValueError naming the file if unreadable."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: RUN_DIR must be a run directory written by the job")
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as err:  # YAML syntax, bad encoding, unresolvable interpolation: all mean a broken file
+        raise ValueError(f"{path}: not a readable config ({type(err).__name__}: {' '.join(str(err).split())})") \
+            from err
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: a config must be a mapping, not a {type(config).__name__}")
+    return config
 
 
 def load_benchmark_config(run_dir: Path, parser: str | None = None) -> BenchmarkConfig:
     """The run's benchmark config, typed; ``parser`` overrides the one it ran with."""
     path = run_dir / CONFIG
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: RUN_DIR must be a run directory written by the job")
-    node = OmegaConf.load(path).get("benchmark")
-    if node is None:
+    node = read_config(path).get("benchmark")
+    if not isinstance(node, dict):
         raise ValueError(f"{path} has no 'benchmark' node")
     cfg = OmegaConf.merge(OmegaConf.structured(BenchmarkConfig), node)
     if parser is not None:
@@ -40,12 +97,23 @@ def load_benchmark_config(run_dir: Path, parser: str | None = None) -> Benchmark
 
 
 def read_predictions(path: Path) -> tuple[list[Record], int]:
-    """The last record of each question (a resumed job may repeat one) and the number of unreadable lines
-    (a job killed mid-write leaves a truncated last line)."""
+    """The last record of each question (a resumed job may repeat one) and the number of lines skipped, each with a
+    :class:`SkippedInput` warning naming ``path`` and the line (a job killed mid-write leaves a truncated last line)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: the run wrote no predictions")
-    records, bad = read_jsonl(path)
-    return list({str(r["question_id"]): r for r in records}.values()), bad
+    records: dict[str, Record] = {}
+    bad = 0
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            record, problem = _prediction(line)
+            if record is None:
+                bad += 1
+                skip(f"{path} line {number}: {problem}; line skipped")
+                continue
+            records[str(record["question_id"])] = record
+    return list(records.values()), bad
 
 
 def reparse(records: list[Record], bench: Benchmark) -> tuple[list[Record], int]:
@@ -86,6 +154,9 @@ def rescore(run_dir: Path, parser: str | None = None, write: bool = False) -> tu
     cfg = load_benchmark_config(run_dir, parser)
     bench = benchmark_class(cfg.name)(cfg)
     records, bad = read_predictions(run_dir / PREDICTIONS)
+    if not records:
+        raise ValueError(f"{run_dir / PREDICTIONS} holds no readable prediction ({bad} line(s) skipped): "
+                         f"nothing to rescore")
     records, changed = reparse(records, bench)
     scores = bench.score(records)
     parser_name = Parser(cfg.parser).value
@@ -94,7 +165,10 @@ def rescore(run_dir: Path, parser: str | None = None, write: bool = False) -> tu
     text += f"; {bad} unreadable lines skipped.\n" if bad else ".\n"
     if write:
         path = run_dir / METRICS
-        metrics = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        metrics = read_json_object(path)
+        if metrics is None and path.is_file():
+            raise ValueError(f"{path} is corrupt, so --write would lose its other keys: fix or delete it, then rerun")
+        metrics = metrics or {}
         metrics.update(scores=scores, parser=parser_name, subset=describe(cfg))
         path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     return scores, text
@@ -106,9 +180,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parser", choices=[p.value for p in Parser], help="default: the parser the run used")
     ap.add_argument("--write", action="store_true", help="update RUN_DIR/metrics.json with the new scores")
     args = ap.parse_args(argv)
-    _, text = rescore(args.run_dir, args.parser, args.write)
+    with warnings.catch_warnings(record=True) as skipped:
+        warnings.simplefilter("always", SkippedInput)
+        try:
+            _, text = rescore(args.run_dir, args.parser, args.write)
+        except (FileNotFoundError, ValueError) as err:  # no run files, no predictions, a config that is not one
+            text, error = "", err
+        else:
+            error = None
+    print_skipped(skipped)
+    if error is not None:
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
     sys.stdout.write(text)
     return 0
+
+
+def print_skipped(caught: list[warnings.WarningMessage]) -> None:
+    """Each :class:`SkippedInput` as one ``warning:`` line on stderr (other warnings go on as usual)."""
+    for w in caught:
+        if issubclass(w.category, SkippedInput):
+            print(f"warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 if __name__ == "__main__":

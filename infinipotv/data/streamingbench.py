@@ -1,53 +1,62 @@
 """StreamingBench (THUNLP-MT): questions asked while the video streams, each at its own time stamp.
 
 The model sees the stream only up to a question's ``time_s``, answers, and keeps watching; all questions of a video
-are answered in one pass, in time order, on the same compressed memory (multi-turn, query-agnostic compression).
-``part`` picks the released file: ``real_time`` (the 10 Real-Time Visual Understanding tasks that InfiniPot-V
-reports), ``omni`` or ``contextual`` (its multiple-choice tasks). The prompt is StreamingBench's own; ``faithful``
-parsing is its scorer's (the output's first character), ``strict`` the Video-MME form-priority parser.
+(from all of its entries in the released file) are answered in one pass, in time order, on the same compressed
+memory (multi-turn, query-agnostic compression). ``part`` picks the released file: ``real_time`` (the 10 Real-Time
+Visual Understanding tasks that InfiniPot-V reports), ``omni`` (six tasks; two of them, Misleading and Anomaly
+Context Understanding, the paper groups under Contextual Understanding) or ``contextual`` (``questions_sqa.json``,
+sequential QA: each question's prompt holds the video's earlier questions with their gold answers, as upstream's
+protocol does). ``proactive`` (open-ended timing, no options or answers) is refused with one line. The prompts are
+StreamingBench's own; ``faithful`` parsing is its scorer's (the output's first character), ``strict`` the
+Video-MME form-priority parser.
 """
 
 from __future__ import annotations
 
-import ast
-import re
 from pathlib import Path
 from typing import Any
 
 from infinipotv.config import BenchmarkConfig, ConfigError
 from infinipotv.data.base import Question, VideoSample, register
-from infinipotv.data.loading import (AnnotatedBenchmark, RowError, gold_letter, hms_seconds, options_from_list,
-                                     read_records)
+from infinipotv.data.loading import (AnnotatedBenchmark, DataError, RowError, check_root, gold_letter, hms_seconds,
+                                     options_from_list, read_json, read_records, text)
 from infinipotv.data.parsing import by_form, first_char
+from infinipotv.data.streamingbench_files import (csv_options, flatten_csv, flatten_entries, flatten_sqa,
+                                                  is_proactive, repair_options, task_and_group)
 
-PARTS = {  # part -> (group name, default annotation file under root)
-    "real_time": ("Real-Time Visual Understanding", "questions_real.json"),
-    "omni": ("Omni-Source Understanding", "questions_omni.json"),
-    "contextual": ("Contextual Understanding", "questions_context.json"),
+PARTS = {  # part -> default annotation file under root
+    "real_time": "questions_real.json",
+    "omni": "questions_omni.json",
+    "contextual": "questions_sqa.json",
 }
-CSV_VIDEO = "videos/sample_{n}_real.mp4"  # where StreamingBench's preprocessing puts sample N of the real-time part
-PROMPT = (
-    "You are an advanced video question-answering AI assistant. You have been provided with some frames from the "
-    "video and a multiple-choice question related to the video. Your task is to carefully analyze the video and "
-    "provide the best answer to question, choosing from the four options provided. Respond with only the letter "
-    "(A, B, C, or D) of the correct option.\n\nQuestion: {question}\n\nOptions:\n{options}\n\nThe best option is:"
-)
+PROACTIVE = ("benchmark.part=proactive: questions_proactive.json holds open-ended Proactive Output questions (no "
+             "options or answers; scored by when the model speaks up), which this harness does not run; use "
+             "part=real_time, omni or contextual")
+CSV_VIDEO = "{category}/sample_{n}/video.mp4"  # the Hub zips of a category unzipped into <root>/<category>/
+_INTRO = ("You are an advanced video question-answering AI assistant. You have been provided with {what} related to "
+          "the video. Your task is to carefully analyze the video {how}, choosing from the four options provided. "
+          "Respond with only the letter (A, B, C, or D) of the correct option.\n\n")
+PROMPT = (_INTRO.format(what="some frames from the video and a multiple-choice question",
+                        how="and provide the best answer to question")
+          + "Question: {question}\n\nOptions:\n{options}\n\nThe best option is:")
+SQA_PROMPT = (_INTRO.format(what="a video and a multiple-choice question",
+                            how="and the provided context to answer the question")
+              + "{context}\n\nHere is the question. Answer it and don't confuse it with the previous conversation.\n"
+                "Question: {question}\n\nOptions:\n{options}\n\nThe best option is:")
+SQA_CONTEXT = ("Here are the contextual information related to the video. Please answer the questions based on the "
+               "contextual information: ")
+SQA_TURN = ("At timestamp {stamp}, the following question and answer occurred: Question: {question}; "
+            "Options: {options}; Answer: {answer}; ")
 
 
-def _option_list(raw: Any) -> Any:
-    """The CSV stores the option list as a Python literal string."""
-    if not isinstance(raw, str):
-        return raw
-    try:
-        return ast.literal_eval(raw)
-    except (SyntaxError, ValueError):
-        raise RowError(f"options {raw!r} is not a list literal") from None
+def _lines(options: dict[str, str]) -> list[str]:
+    return [f"{letter}. {text}" for letter, text in options.items()]
 
 
 @register
 class StreamingBench(AnnotatedBenchmark):
-    """Annotations: the released JSON (entries with ``video_path`` and ``questions``), or the one-question-per-row
-    CSV (videos then at ``{root}/`` + ``options.csv_video``, default ``videos/sample_{n}_real.mp4``)."""
+    """Annotations: the released JSON (entries with ``video_path`` and ``questions``; the SQA file a list of such
+    lists), or a Hub CSV (one question per row; videos at ``{root}/`` + ``options.csv_video``)."""
 
     name = "streamingbench"
     streaming = True
@@ -57,9 +66,12 @@ class StreamingBench(AnnotatedBenchmark):
 
     def __init__(self, cfg: BenchmarkConfig) -> None:
         super().__init__(cfg)
+        if self.part == "proactive":
+            raise ConfigError(PROACTIVE)
         if self.part not in PARTS:
             raise ConfigError(f"benchmark.part={cfg.part!r} is unknown for streamingbench; "
                               f"use one of {', '.join(PARTS)}")
+        self._sqa: dict[str, tuple[str, str]] = {}  # qid -> (time stamp, question text), for the SQA context
 
     @property
     def part(self) -> str:
@@ -67,51 +79,65 @@ class StreamingBench(AnnotatedBenchmark):
 
     @property
     def annotations(self) -> Path:
-        return Path(self.cfg.annotations) if self.cfg.annotations else self.root / PARTS[self.part][1]
+        return Path(self.cfg.annotations) if self.cfg.annotations else self.root / PARTS[self.part]
 
     def load(self) -> list[VideoSample]:
-        rows = read_records(self.annotations)
-        flat = self._from_csv(rows) if self.annotations.suffix.lower() == ".csv" else self._from_json(rows)
-        samples = self.collect([{**r, "group": PARTS[self.part][0]} for r in flat])
+        check_root(self.root)
+        path = self.annotations
+        if path.suffix.lower() == ".json" and path.is_file():
+            rows = read_json(path)
+            if not isinstance(rows, list):
+                raise DataError(f"{path} must hold a list of entries, found {type(rows).__name__}")
+        else:
+            rows = read_records(path)
+        if is_proactive(rows):
+            raise DataError(f"{path}: {PROACTIVE}")
+        if path.suffix.lower() == ".csv":
+            flat = flatten_csv(rows, self.cfg.options.get("csv_video", CSV_VIDEO))
+        elif rows and all(isinstance(r, list) for r in rows):  # the SQA file: one list of entries per video
+            flat = flatten_sqa(rows)
+        else:
+            flat = flatten_entries([r if isinstance(r, dict) else {"_problem": f"a {type(r).__name__}, not an entry"}
+                                    for r in rows])
+        samples = self.collect(flat)
         for s in samples:
             s.questions.sort(key=lambda q: q.time_s or 0.0)
+            if self._sqa:
+                self._add_context(s.questions)
         return samples
 
-    @staticmethod
-    def _from_json(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One row per question; ids are ``<video stem>_<k>`` (1-based, in released order) as the JSON has none."""
-        flat = []
-        for e, entry in enumerate(entries):
-            path = str(entry.get("video_path", ""))
-            vid = Path(path).stem or f"entry{e}"
-            questions = entry.get("questions")
-            if not isinstance(questions, list):
-                flat.append({"question_id": f"{vid}_0", "video_id": vid, "_problem": "entry has no 'questions' list"})
+    def _add_context(self, questions: list[Question]) -> None:
+        """Sequential QA: each question's prompt holds the earlier questions of its video with their gold answers."""
+        turns = ""
+        for q in questions:
+            if q.qid not in self._sqa:
                 continue
-            flat += [{"question_id": f"{vid}_{k}", **q, "video_id": vid, "video_path": path}
-                     for k, q in enumerate(questions, start=1)]
-        return flat
-
-    def _from_csv(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        pattern = self.cfg.options.get("csv_video", CSV_VIDEO)
-        flat = []
-        for row in rows:
-            m = re.search(r"sample_(\d+)", str(row.get("question_id", "")))
-            if m is None:
-                flat.append({**row, "_problem": "question_id has no sample_<n> naming its video"})
-                continue
-            flat.append({**row, "video_id": f"sample_{m.group(1)}", "video_path": pattern.format(n=m.group(1))})
-        return flat
+            stamp, question = self._sqa[q.qid]
+            context = SQA_CONTEXT + turns if turns else ""
+            q.prompt = SQA_PROMPT.format(context=context, question=question, options="\n".join(_lines(q.options)))
+            turns += SQA_TURN.format(stamp=stamp, question=question, options=", ".join(_lines(q.options)),
+                                     answer=q.gold)
 
     def row(self, row: dict[str, Any]) -> tuple[str, Path, Question]:
-        if "_problem" in row:
-            raise RowError(row["_problem"])
-        options = options_from_list(_option_list(row["options"]))
-        lines = "\n".join(f"{letter}. {text}" for letter, text in options.items())
-        question = Question(qid=str(row["question_id"]), prompt=PROMPT.format(question=row["question"], options=lines),
-                            gold=gold_letter(row["answer"], options), options=options,
-                            categories=self.categories(row), time_s=hms_seconds(row["time_stamp"]))
-        return str(row["video_id"]), self.root / str(row["video_path"]), question
+        task, group = task_and_group(row["task_type"])
+        raw = row["options"]
+        options = options_from_list(repair_options(csv_options(raw) if isinstance(raw, str) else raw))
+        question = text(row, "question")
+        qid = text(row, "question_id")
+        q = Question(qid=qid, prompt=PROMPT.format(question=question, options="\n".join(_lines(options))),
+                     gold=gold_letter(row["answer"], options), options=options,
+                     categories={"task_type": task, "group": group}, time_s=hms_seconds(row["time_stamp"]))
+        if task == "Sequential Question Answering":
+            self._sqa[qid] = (str(row["time_stamp"]), question)
+        return text(row, "video_id"), self.root / text(row, "video_path"), q
+
+    def error_categories(self, row: dict[str, Any]) -> dict[str, str]:
+        """A bad row's task under the paper's name, with its group (nothing when the task itself is unknown)."""
+        try:
+            task, group = task_and_group(row.get("task_type"))
+        except RowError:
+            return {}
+        return {"task_type": task, "group": group}
 
     def parse(self, output: str, question: Question) -> str | None:
         letters = "".join(question.options)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from infinipotv.data.base import Question, register
-from infinipotv.data.loading import AnnotatedBenchmark, RowError, first_existing, gold_letter, options_from_list
+from infinipotv.data.loading import (AnnotatedBenchmark, RowError, first_existing, gold_letter, options_from_list,
+                                     text)
 from infinipotv.data.parsing import by_form
 
 HEADER = ("Select the best answer to the following multiple-choice question based on the video and the subtitles. "
@@ -37,9 +38,9 @@ class VideoMME(AnnotatedBenchmark):
             raise RowError(f"Video-MME questions have 4 options, got {len(options)}")
         if row["duration"] not in COLUMNS:
             raise RowError(f"duration {row['duration']!r} is not one of {', '.join(COLUMNS)}")
-        vid = str(row["videoID"])
-        prompt = f"{HEADER}\n{row['question']}\n" + "\n".join(map(str, row["options"])) + "\n" + POST
-        question = Question(qid=str(row["question_id"]), prompt=prompt, gold=gold_letter(row["answer"], options),
+        vid = text(row, "videoID")
+        prompt = f"{HEADER}\n{text(row, 'question')}\n" + "\n".join(map(str, row["options"])) + "\n" + POST
+        question = Question(qid=text(row, "question_id"), prompt=prompt, gold=gold_letter(row["answer"], options),
                             options=options, categories=self.categories(row))
         return vid, first_existing([self.root / "data" / f"{vid}{ext}" for ext in (".mp4", ".MP4", ".mkv")]), question
 

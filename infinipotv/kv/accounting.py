@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping, Protocol
 
 import torch
 
@@ -30,6 +30,16 @@ from infinipotv.kv.quant import BITS
 
 FULL_PRECISION_BITS = (16, 32)
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+class StorageSettings(Protocol):
+    """What the storage layer reads of a storage choice (the ``quant=`` config has these fields): the layer below
+    the config names the interface, so it depends on nothing above it."""
+
+    bits: int  # 16 = full precision; 2/4/8 = KIVI
+    dtype: str  # auto | float16 | bfloat16 | float32
+    group_size: int
+    residual_length: int
 
 
 @dataclass(frozen=True)
@@ -69,15 +79,15 @@ class Storage:
         return self.residual_length + self.group_size - 1 if self.quantized else 0
 
     @classmethod
-    def from_config(cls, quant: Any, model_dtype: torch.dtype, position_bytes: int = 4) -> "Storage":
-        """From a ``QuantConfig`` (``bits``, ``dtype``, ``group_size``, ``residual_length``), the dtype resolved by
+    def from_config(cls, quant: StorageSettings, model_dtype: torch.dtype, position_bytes: int = 4) -> "Storage":
+        """From a storage choice (``bits``, ``dtype``, ``group_size``, ``residual_length``), the dtype resolved by
         :func:`storage_dtype`. Full precision stores keys/values at that dtype's width."""
         width = torch.empty(0, dtype=storage_dtype(quant, model_dtype)).element_size()
         bits = 8 * width if quant.bits in FULL_PRECISION_BITS else quant.bits
         return cls(bits, quant.group_size, quant.residual_length, width, position_bytes)
 
 
-def storage_dtype(quant: Any, model_dtype: torch.dtype) -> torch.dtype:
+def storage_dtype(quant: StorageSettings, model_dtype: torch.dtype) -> torch.dtype:
     """The dtype of the stored full-precision parts (keys/values; KIVI's scale/zero and residual window).
 
     ``quant.dtype: auto`` is the model's dtype, except that KIVI keeps 16-bit scale/zero and window when the model

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
 
 from infinipotv.config import ModelConfig
+from infinipotv.registry import Registry
 
 
 @dataclass
@@ -170,10 +171,9 @@ class ModelAdapter(ABC):
         return positions.unsqueeze(1) if positions.shape[0] == 3 else positions
 
 
-ADAPTERS: dict[str, type[ModelAdapter]] = {}
+ADAPTERS: Registry[type[ModelAdapter]] = Registry("model family")
 
 
 def register_adapter(cls: type[ModelAdapter]) -> type[ModelAdapter]:
     """Class decorator: make an adapter buildable by its ``family`` name."""
-    ADAPTERS[cls.family] = cls
-    return cls
+    return ADAPTERS.add(cls.family, cls)

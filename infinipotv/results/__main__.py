@@ -1,12 +1,19 @@
-"""``python -m infinipotv.results EXPERIMENT``: the experiment's tables, tidy CSV/JSON and figures from its runs."""
+"""``python -m infinipotv.results EXPERIMENT``: the experiment's tables, tidy CSV/JSON and figures from its runs.
+
+Prints every file it wrote and a summary line; a corrupt run file is skipped with a ``warning:`` line naming it. Exit
+2 with one ``error:`` line on bad input: no matching run, runs of several models in a table without a model column,
+or an output folder that already holds the report (``--force`` replaces it).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 
-from infinipotv.results.report import FORMATS, build_report
+from infinipotv.data.rescore import SkippedInput, print_skipped
+from infinipotv.results.report import FORMATS, OutputExists, build_report
 from infinipotv.results.scoring import ScorerError
 from infinipotv.results.stats import N_BOOT, SEED
 
@@ -23,18 +30,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n-boot", type=int, default=N_BOOT, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=SEED, help="bootstrap seed")
     parser.add_argument("--experiments-dir", default="experiments")
+    parser.add_argument("--model", default=None,
+                        help="only this model's runs (the name tables show, e.g. Qwen2-VL-7B-Instruct-tiny)")
+    parser.add_argument("--force", action="store_true", help="replace the outputs already in the output folder")
     args = parser.parse_args(argv)
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
-    try:
-        report = build_report(args.experiment, args.runs, args.out, formats, args.stats, args.baseline, args.show_n,
-                              args.n_boot, args.seed, args.experiments_dir)
-    except (FileNotFoundError, ValueError, ScorerError) as err:  # bad input: one line that names the fix
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings(record=True) as skipped:
+        warnings.simplefilter("always", SkippedInput)
+        try:
+            report = build_report(args.experiment, args.runs, args.out, formats, args.stats, args.baseline,
+                                  args.show_n, args.n_boot, args.seed, args.experiments_dir, args.model, args.force)
+        except (FileNotFoundError, OutputExists, ValueError, ScorerError) as err:  # bad input: one line, the fix
+            print_skipped(skipped)
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    print_skipped(skipped)
     for note in report.notes:
         print(f"note: {note}", file=sys.stderr)
     for path in report.files:
         print(path)
+    print(f"wrote {len(report.files)} files to {report.out}/ from {report.n_runs} runs", file=sys.stderr)
     return 0
 
 

@@ -4,7 +4,9 @@ A run directory is whatever holds a ``config.yaml`` beside a ``predictions.jsonl
 contract). Within one directory a question answered twice (a resumed job) counts once, its last answer. Shards of one
 sharded run (same resolved config except ``benchmark.shard``) are merged here: their predictions are concatenated and
 re-scored by the benchmark's own scorer, so a merged run is scored exactly like an unsharded one; a question found in
-two shards is refused, never silently counted twice.
+two shards is refused, never silently counted twice. A corrupt file is skipped with a
+:class:`~infinipotv.data.rescore.SkippedInput` warning naming it (and the line): an unreadable config.yaml skips its
+run directory, a corrupt metrics.json leaves the run partial and scored from its predictions.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from infinipotv.config import BenchmarkConfig
-from infinipotv.data.rescore import read_predictions
+from infinipotv.data.rescore import read_config, read_json_object, read_predictions, skip
 from infinipotv.data.subset import describe, parse_shard
 from infinipotv.results.scoring import ScorerError, flatten_scores, has_scorer, score_records, score_weights
 from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE
@@ -73,6 +75,13 @@ class Run:
             "benchmark": (cfg.get("benchmark") or {}).get("name"),
             "experiment": cfg.get("experiment"),
         }
+
+    @cached_property
+    def selection(self) -> dict[str, Any]:
+        """Which of its benchmark's questions the run was asked (ids, fraction, limit; shards aside): runs compared
+        in one table row or one paired statistic must have been asked the same selection."""
+        bench = self.config.get("benchmark") or {}
+        return {**_subset(bench), **{k: bench.get(k) for k in ("ids", "part", "options")}}
 
     @cached_property
     def question_counts(self) -> dict[str, int]:
@@ -137,7 +146,7 @@ def _subset(benchmark: Mapping[str, Any]) -> dict[str, Any]:
 def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     """One run directory as a :class:`Run` (not merged with its sibling shards)."""
     path = Path(path)
-    config = OmegaConf.to_container(OmegaConf.load(path / CONFIG), resolve=True)
+    config = read_config(path / CONFIG)
     problems = []
     try:
         predictions, unreadable = read_predictions(path / PREDICTIONS)
@@ -146,11 +155,12 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
         problems.append("predictions.jsonl missing")
     if unreadable:
         problems.append(f"{unreadable} unreadable line(s) in predictions.jsonl")
-    metrics = json.loads((path / METRICS).read_text()) if (path / METRICS).is_file() else {}
-    provenance = json.loads((path / PROVENANCE).read_text()) if (path / PROVENANCE).is_file() else {}
+    metrics = read_json_object(path / METRICS) or {}
+    provenance = read_json_object(path / PROVENANCE) or {}
     bench = config.get("benchmark") or {}
     if not metrics:
-        problems.append("metrics.json missing (the job did not finish)")
+        problems.append("metrics.json corrupt" if (path / METRICS).is_file() else
+                        "metrics.json missing (the job did not finish)")
     elif not metrics.get("complete", False):
         problems.append(f"incomplete: {metrics.get('n_questions')} of {metrics.get('n_expected')} questions")
     scores = metrics.get("scores") or {}
@@ -212,9 +222,15 @@ def merge_shards(shards: Sequence[Run]) -> Run:
 
 
 def load_runs(root: str | Path) -> list[Run]:
-    """Every run under ``root``, shards merged, each flagged complete or with the problems that make it partial."""
+    """Every readable run under ``root``, shards merged, each flagged complete or with the problems that make it
+    partial (corrupt files skipped with a warning)."""
     root = Path(root)
-    singles = [load_run(d, root) for d in find_run_dirs(root)]
+    singles = []
+    for run_dir in find_run_dirs(root):
+        try:
+            singles.append(load_run(run_dir, root))
+        except ValueError as err:  # an unreadable config.yaml: nothing says what this run was
+            skip(f"{err}; run directory skipped")
     groups: dict[str, list[Run]] = {}
     runs = []
     for run in singles:

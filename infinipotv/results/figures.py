@@ -89,7 +89,8 @@ def plot_memory_trace(runs: Sequence[Run], video_id: str | None = None) -> Figur
         if trace is None:
             continue
         steps = trace[trace["video_id"] == video_id].sort_values("step")
-        ax.plot(steps["frames_seen"], steps["cache_bytes"] / 2**20, label=_run_label(run))
+        # markers: a run with one step (a short video, one chunk) is a single point, invisible as a bare line
+        ax.plot(steps["frames_seen"], steps["cache_bytes"] / 2**20, marker="o", markersize=3, label=_run_label(run))
     ax.set_xlabel("frames streamed")
     ax.set_ylabel("KV cache (MiB)")
     ax.set_title(f"video {video_id}", fontsize=9)

@@ -42,6 +42,9 @@ def _notes(table: Table, stats_shown: bool) -> list[str]:
         notes.append(f"{DDAGGER} From a partial run (a subset of the benchmark, or incomplete): compare with care.")
     if any(c.missing for c in cells):
         notes.append(f"{DASH} No run, or no questions, for this cell.")
+    if table.random_weights:
+        notes.append("Tiny models have seeded random weights: their scores show that the pipeline runs, not what a "
+                     "method does.")
     if stats_shown and table.baseline:
         notes.append(f"Differences vs {table.baseline}: paired on shared question ids; 95% bootstrap CI "
                      f"({table.n_boot:,} resamples, stratified by score weight); p = exact McNemar test.")
@@ -105,7 +108,7 @@ def _frame_grid(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 def to_markdown(table: Table, show_n: bool = False, show_stats: bool = False) -> str:
     """GitHub-flavoured markdown: caption line, table, footnotes (and the statistics table on request)."""
     spec, fmt = table.spec, _Format(latex=False)
-    lines = [f"**{spec.caption}**", ""] if spec.caption else []
+    lines = [f"**{table.caption}**", ""] if table.caption else []
     if table.frame is not None:
         header, body = _frame_grid(table.frame)
         return "\n".join(lines + _markdown_grid(header, body, 1) + [""] + table.footnotes + list(spec.notes)) + "\n"
@@ -149,8 +152,8 @@ def to_latex(table: Table, show_n: bool = False, show_stats: bool = False) -> st
     """A booktabs ``table`` environment (needs ``\\usepackage{booktabs}``), footnotes under the tabular."""
     spec, fmt = table.spec, _Format(latex=True)
     lines = [r"\begin{table}[t]", r"\centering"]
-    if spec.caption:
-        lines.append(rf"\caption{{{latex_escape(spec.caption)}}}")
+    if table.caption:
+        lines.append(rf"\caption{{{latex_escape(table.caption)}}}")
     lines.append(rf"\label{{tab:{spec.name}}}")
     if table.frame is not None:
         header, body = _frame_grid(table.frame)

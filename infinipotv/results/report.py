@@ -2,6 +2,8 @@
 
 Everything here is generated from the run directories and ``experiments/NAME.yaml``'s ``table`` block; nothing is
 typed by hand. Statistics are always computed (they go in the CSV/JSON); ``stats=True`` also prints them in tables.
+Nothing is written when no run matches the experiment, and outputs already in the output folder (committed tables,
+an earlier report) are replaced only with ``force=True``.
 """
 
 from __future__ import annotations
@@ -24,11 +26,21 @@ from infinipotv.results.tables import Table, add_stats, build_table, find_row, t
 FORMATS = ("md", "tex")
 
 
+class NothingToReport(ValueError):
+    """No run matches the experiment: an error, never a set of empty tables."""
+
+
+class OutputExists(FileExistsError):
+    """The output folder already holds this experiment's outputs and ``force`` was not given."""
+
+
 @dataclass
 class Report:
     """What :func:`build_report` produced: the built tables, the written files and the notes worth reading."""
 
     tables: list[Table]
+    out: Path
+    n_runs: int = 0  # runs behind the tables' cells
     files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -97,6 +109,24 @@ def _baseline_for(table: Table, baseline: str | None, notes: list[str]) -> str |
         return None
 
 
+def _existing_outputs(out: Path, spec: ExperimentSpec, formats: Sequence[str]) -> list[str]:
+    """The files of this experiment's report already in ``out`` (what writing it would replace)."""
+    names = [f"{t.name}.{ext}" for t in spec.tables for ext in (*formats, "csv", "json")] + ["runs.csv", "runs.json"]
+    found = [name for name in names if (out / name).exists()]
+    figures = out / "figures"
+    return found + ([f"figures/ ({len(list(figures.iterdir()))} files)"] if figures.is_dir() else [])
+
+
+def _no_match(name: str, runs_dir: str | Path, runs: Sequence[Run], model: str | None) -> NothingToReport:
+    found = sorted({str(r.fields["experiment"] or "none") for r in runs})
+    models = sorted({str(r.fields["model"]) for r in runs})
+    there = (f"{len(runs)} runs there (experiments: {', '.join(found)}; models: {', '.join(models)})" if runs
+             else "no run there")
+    only = f" of model {model}" if model else ""
+    return NothingToReport(f"no run{only} under {runs_dir} matches experiment {name} ({there}): run its sweep first "
+                           f"(python run.py -m +experiment={name}) or pass --runs with the folder that holds its runs")
+
+
 def build_report(
     experiment: str | Path,
     runs_dir: str | Path = "results/runs",
@@ -108,17 +138,29 @@ def build_report(
     n_boot: int = N_BOOT,
     seed: int = SEED,
     experiments_dir: str | Path = "experiments",
+    model: str | None = None,
+    force: bool = False,
 ) -> Report:
-    """Build and write every table of ``experiment`` from the runs under ``runs_dir`` into ``out_dir``
-    (default ``results/NAME/``)."""
+    """Build and write every table of ``experiment`` from the runs under ``runs_dir`` (only ``model``'s, if given)
+    into ``out_dir`` (default ``results/NAME/``). Raises :class:`NothingToReport` when no run matches and
+    :class:`OutputExists` when ``out_dir`` already holds the report, unless ``force``."""
     unknown = set(formats) - set(FORMATS)
     if unknown:
         raise ValueError(f"--format: unknown format(s) {sorted(unknown)}; choose from {list(FORMATS)}")
     name, spec = load_experiment(experiment_file(experiment, experiments_dir))
     out = Path(out_dir) if out_dir is not None else Path("results") / name
     runs = load_runs(runs_dir)
+    chosen = [r for r in runs if model is None or r.fields["model"] == model]
     published = load_published()
-    report = Report([build_table(t, runs, published, name) for t in spec.tables])
+    report = Report([build_table(t, chosen, published, name) for t in spec.tables], out)
+    report.n_runs = len(_used_runs(report.tables))
+    if not report.n_runs and any(t.source is None for t in spec.tables):
+        raise _no_match(name, runs_dir, runs, model)
+    existing = _existing_outputs(out, spec, formats)
+    if existing and not force:
+        raise OutputExists(f"{out} already holds this report ({', '.join(existing[:4])}"
+                           f"{', ...' if len(existing) > 4 else ''}): pass --force to replace it, or --out DIR to "
+                           f"write elsewhere")
     renderers = {"md": to_markdown, "tex": to_latex}
     out.mkdir(parents=True, exist_ok=True)
     matched = False

@@ -3,11 +3,16 @@
 Rendering (markdown, LaTeX) lives in :mod:`infinipotv.results.render`; this module decides what every cell holds.
 Bold is computed on the displayed (rounded) values among comparable run rows, so ties at the printed precision are
 all bold; reference rows are never part of it, and a partial cell only competes when no complete cell does.
+
+A table never mixes models silently: unless its rows are keyed by ``model`` (``rows.by`` or every row's ``match``),
+all the runs it may draw on must come from one model, which the caption then names; a paired statistic needs both
+runs asked the same questions (the same benchmark selection), else it is left out with a note.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +65,31 @@ class Table:
     frame: pd.DataFrame | None = None  # a generated (``source``) table
     footnotes: list[str] = field(default_factory=list)  # text that came with a generated table
     notes: list[str] = field(default_factory=list)  # choices made while building (ambiguous runs...)
+    models: list[str] = field(default_factory=list)  # the models of the runs the rows may draw on
+    random_weights: bool = False  # some of those runs are tiny models (seeded random weights)
+
+    @property
+    def caption(self) -> str:
+        """The spec's caption, naming the model(s) unless the stub shows them in a column."""
+        if not self.models or _shows_model(self.spec):
+            return self.spec.caption
+        named = f"model: {', '.join(self.models)}"
+        return f"{self.spec.caption} ({named})" if self.spec.caption else named
+
+
+class MixedRunsError(ValueError):
+    """A table would put runs of different models side by side without saying which is which."""
+
+
+def _shows_model(spec: TableSpec) -> bool:
+    return isinstance(spec.rows, AutoRows) and any("{model}" in t for t in spec.rows.stub)
+
+
+def _keyed_by_model(spec: TableSpec) -> bool:
+    """Whether the rows say which model they are: ``model`` in ``rows.by``, or in every run row's ``match``."""
+    if isinstance(spec.rows, AutoRows):
+        return "model" in spec.rows.by
+    return all("model" in row.match for row in spec.rows if row.match is not None)
 
 
 def _matches(fields: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
@@ -234,6 +264,29 @@ def _apply_bold(spec: TableSpec, rows: Sequence[Row]) -> None:
                 cell.bold = value == best
 
 
+def _candidates(spec: TableSpec, runs: Sequence[Run], experiment: str | None) -> list[Run]:
+    """Every run some row of the table may draw on (the same filters as the rows' own)."""
+    benchmarks = {c.benchmark for c in spec.columns}
+    runs = [r for r in runs if r.fields["benchmark"] in benchmarks]
+    if isinstance(spec.rows, AutoRows):
+        wanted = {"experiment": experiment, **spec.rows.where} if experiment is not None else spec.rows.where
+        return [r for r in runs if _matches(r.fields, wanted)]
+    return [r for r in runs if any(_matches(r.fields, row.match) for row in spec.rows if row.match is not None)]
+
+
+def _check_models(table: Table, candidates: Sequence[Run]) -> None:
+    """One model per table unless its rows are keyed by model; the models found are kept for the caption."""
+    models = Counter(run.fields["model"] for run in candidates)
+    table.models = sorted(models)
+    table.random_weights = any((run.config.get("model") or {}).get("tiny") for run in candidates)
+    if len(models) > 1 and not _keyed_by_model(table.spec):
+        found = ", ".join(f"{m} ({n} run{'s' * (n > 1)})" for m, n in sorted(models.items()))
+        raise MixedRunsError(
+            f"table {table.spec.name!r} would mix {len(models)} models: {found}; it has no model column, so pick one "
+            f"with --model NAME, move the other runs out of the runs folder, or key the table's rows by model "
+            f"(rows.by or every row's match)")
+
+
 def build_table(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame,
                 experiment: str | None = None) -> Table:
     """Cells for every row and column of ``spec`` from ``runs`` and the ``published`` reference rows.
@@ -245,6 +298,7 @@ def build_table(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame,
     if spec.source is not None:
         table.frame, table.footnotes = call_source(spec) or (None, [])
         return table
+    _check_models(table, _candidates(spec, runs, experiment))
     make = _auto_rows if isinstance(spec.rows, AutoRows) else _explicit_rows
     table.rows = make(spec, runs, published, experiment, table.notes)
     for row in table.rows:
@@ -285,6 +339,11 @@ def add_stats(table: Table, baseline: str | None = None, n_boot: int = N_BOOT, s
         for benchmark, run in row.runs.items() if row is not base else ():
             if benchmark not in base.runs:
                 continue
+            if run.selection != base.runs[benchmark].selection:
+                table.notes.append(f"row {row.id} / {benchmark}: no paired statistics: {run.id} and the baseline's "
+                                   f"{base.runs[benchmark].id} were asked different questions "
+                                   f"({_selection_diff(run, base.runs[benchmark])})")
+                continue
             indices = [j for j, c in enumerate(table.spec.columns) if c.benchmark == benchmark]
             paths = [table.spec.columns[j].score for j in indices]
             try:
@@ -294,6 +353,11 @@ def add_stats(table: Table, baseline: str | None = None, n_boot: int = N_BOOT, s
                 continue
             for j, path in zip(indices, paths):
                 row.cells[j].stat = stats[path]
+
+
+def _selection_diff(run: Run, other: Run) -> str:
+    keys = [k for k in run.selection if run.selection[k] != other.selection.get(k) and k != "is_subset"]
+    return ", ".join(f"{k} {run.selection[k]} vs {other.selection.get(k)}" for k in keys)
 
 
 def table_frame(table: Table) -> pd.DataFrame:
@@ -310,6 +374,7 @@ def table_frame(table: Table) -> pd.DataFrame:
                 "benchmark": column.benchmark, "score": column.score, "value": cell.value, "n": cell.n,
                 "partial": cell.partial, "missing": cell.missing, "bold": cell.bold,
                 "run": row.runs[column.benchmark].id if column.benchmark in row.runs else None,
+                "model": row.runs[column.benchmark].fields["model"] if column.benchmark in row.runs else None,
                 "baseline": table.baseline, **stat,
             })
     return pd.DataFrame(records)

@@ -1,4 +1,5 @@
-"""Each benchmark end to end on the tiny Qwen2-VL: fixture data in the released format -> run_job -> scores."""
+"""Each benchmark end to end on the tiny Qwen2-VL: fixture data in the released format (the Hub's and, for MLVU
+and EgoSchema, the official release's) -> run_job -> scores."""
 
 from __future__ import annotations
 
@@ -6,10 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from fixtures import BUILDERS
-
 from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConfig, RunConfig
 from infinipotv.job import read_predictions, run_job
+from infinipotv.data.toy import BUILDERS
 from infinipotv.stream.session import StreamingSession
 
 TINY = dict(family="qwen2vl", tiny=True, dtype="float32", min_pixels=56 * 56, max_pixels=112 * 112,
@@ -21,9 +21,10 @@ def run_config(bench, compress: str = "tar_van_pool") -> RunConfig:
                      benchmark=bench, eval=EvalConfig(chunk_frames=2))
 
 
-@pytest.mark.parametrize("name", sorted(BUILDERS))
-def test_benchmark_runs_end_to_end(name: str, tmp_path: Path) -> None:
-    bench = BUILDERS[name](tmp_path / "data")
+@pytest.mark.parametrize("name, fmt", [(name, None) for name in sorted(BUILDERS)]
+                         + [("mlvu", "official"), ("egoschema", "official")])
+def test_benchmark_runs_end_to_end(name: str, fmt: str | None, tmp_path: Path) -> None:
+    bench = BUILDERS[name](tmp_path / "data", **({"fmt": fmt} if fmt else {}))
     metrics = run_job(run_config(bench), tmp_path / "run")
     records = read_predictions(tmp_path / "run" / "predictions.jsonl")
     assert metrics["complete"] and len(records) == metrics["n_questions"]

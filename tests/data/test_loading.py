@@ -7,13 +7,14 @@ from pathlib import Path
 
 import av
 import pytest
-from fixtures import BUILDERS, tiny_video
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from infinipotv.data.subset import describe, select
 from infinipotv.config import BenchmarkConfig, ConfigError, register_configs
-from infinipotv.data.loading import benchmark_class, read_records
+from infinipotv.data.loading import DataError, benchmark_class, read_records
+from infinipotv.data.subset import describe, select
+from infinipotv.data.toy import BUILDERS
+from infinipotv.data.toy_sets import tiny_video
 from infinipotv.data.videomme import VideoMME
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "benchmark"
@@ -35,12 +36,12 @@ EXPECTED = {
                  + ANSWER, "C",
                  {"duration": "short", "domain": "Knowledge", "sub_category": "Astronomy",
                   "task_type": "Counting Problem"}),
-    "mlvu": (["plot_1.mp4", "count_9.mp4", "plot_1.mp4"], "plotQA_0",
-             "What colour is shown in plotQA_0?\n(A) red\n(B) green\n(C) blue\n(D) yellow\nOnly give the best option.\n"
-             "Best option: (", "B", {"task_type": "plotQA"}),
-    "egoschema": (["ego-a", "ego-b", "ego-a"], "q-0",
-                  "What does c do overall in q-0?\n" + "".join(f"{x}. c does thing {i} in q-0.\n" for i, x in
-                                                               enumerate("ABCDE")) + ANSWER, "C", {}),
+    "mlvu": (["plot_1.mp4", "needle_1.mp4", "count_1.mp4", "count_9.mp4", "plot_1.mp4"], "plotQA_0",
+             "What colour is the main character's coat?\n(A) Yellow\n(B) Red\n(C) Green\n(D) Blue\n"
+             "Only give the best option.\nBest option: (", "B", {"task_type": "plotQA"}),
+    "egoschema": (["0a1b2c3d-ego-a", "4e5f6a7b-ego-b", "0a1b2c3d-ego-a"], "0a1b2c3d-ego-a",
+                  "What does c do overall in 0a1b2c3d-ego-a?\n" + "".join(
+                      f"{x}. c does thing {i} in 0a1b2c3d-ego-a.\n" for i, x in enumerate("ABCDE")) + ANSWER, "C", {}),
     "longvideobench": (["lvbA", "lvbB", "lvbB"], "lvbA_0",
                        "In lvbA_0, what happens?\n" + "".join(f"{x}. event {i} of lvbA_0\n" for i, x in
                                                               enumerate("ABCD")) + ANSWER + "\n", "B",
@@ -49,8 +50,8 @@ EXPECTED = {
                        {"task_type": "Counting", "group": "Real-Time Visual Understanding"}),
 }
 FORMATS = [("videomme", "json"), ("videomme", "jsonl"), ("videomme", "parquet"), ("mlvu", "json"),
-           ("mlvu", "parquet"), ("egoschema", "json"), ("egoschema", "parquet"), ("longvideobench", None),
-           ("streamingbench", "json"), ("streamingbench", "csv")]
+           ("mlvu", "parquet"), ("mlvu", "official"), ("egoschema", "json"), ("egoschema", "parquet"),
+           ("egoschema", "official"), ("longvideobench", None), ("streamingbench", "json"), ("streamingbench", "csv")]
 
 
 def build(name: str, fmt: str | None, root: Path) -> BenchmarkConfig:
@@ -65,21 +66,30 @@ def test_fixture_loads_with_protocol_prompts(name: str, fmt: str | None, tmp_pat
     bench = benchmark_class(name)(cfg)
     samples = list(bench.samples())
     video_ids, qid, prompt, gold, categories = EXPECTED[name]
-    if fmt == "csv":  # the CSV names videos by sample and carries its own question ids
-        video_ids, qid = ["sample_1", "sample_2", "sample_2"], "Real-Time Visual Understanding_sample_1_2"
+    if fmt == "csv":  # the CSV names videos by category and sample, and carries its own question ids
+        video_ids = ["Real-Time Visual Understanding_sample_1", "Real-Time Visual Understanding_sample_2",
+                     "Real-Time Visual Understanding_sample_2"]
+        qid = "Real-Time Visual Understanding_sample_1_2"
+    if fmt == "official" and name == "mlvu":  # the answer that is not a candidate is the bad row
+        video_ids = ["plot_1.mp4", "needle_1.mp4", "needle_1.mp4", "count_1.mp4", "count_9.mp4"]
+    if fmt == "official" and name == "egoschema":  # the answer for an unknown q_uid is the bad row
+        video_ids = video_ids[:-1] + ["ffffffff-unknown"]
     assert [s.video_id for s in samples] == video_ids
     first = samples[0].questions[0]
     assert (first.qid, first.prompt, first.gold, first.categories) == (qid, prompt, gold, categories)
 
-    present, missing, malformed = samples
+    present = samples[0]
+    missing = [s for s in samples if s.error is None and not s.path.exists()]
+    (malformed,) = [s for s in samples if s.error is not None]
     assert present.path.is_file() and present.error is None
-    assert not missing.path.exists() and missing.error is None and missing.questions
-    assert malformed.error is not None and "row" in malformed.error and Path(cfg.annotations).name in malformed.error
+    assert len(missing) == 1 and missing[0].questions
+    assert "row" in malformed.error
+    assert Path(cfg.annotations).name in malformed.error or name == "mlvu"  # MLVU names the per-task file
     assert [q.prompt for q in malformed.questions] == [""]
 
     questions = [q for s in samples for q in s.questions]
     assert len({q.qid for q in questions}) == len(questions)
-    for q in present.questions + missing.questions:
+    for q in [q for s in samples if s.error is None for q in s.questions]:
         assert q.gold in q.options and q.max_new_tokens == (32 if name == "longvideobench" else 16)
         assert (q.time_s is not None) == bench.streaming
 
@@ -93,24 +103,25 @@ def test_streaming_questions_are_in_time_order(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name, problem", [("videomme", "4 options"), ("mlvu", "task_type 'summary'"),
                                            ("egoschema", "index 0-4"), ("longvideobench", "correct_choice 4"),
-                                           ("streamingbench", "time stamp 'soon'")])
+                                           ("streamingbench", "time stamp '00:12450'")])
 def test_malformed_row_names_the_problem(name: str, problem: str, tmp_path: Path) -> None:
     samples = list(benchmark_class(name)(BUILDERS[name](tmp_path)).samples())
-    assert problem in samples[-1].error
+    assert [problem in s.error for s in samples if s.error] == [True]
 
 
 def test_missing_field_is_named(tmp_path: Path) -> None:
-    cfg = BUILDERS["egoschema"](tmp_path)
+    cfg = BUILDERS["egoschema"](tmp_path, fmt="json")
     path = Path(cfg.annotations)
     path.write_text(path.read_text().replace('"answer": "0"', '"solution": "0"'))
     error = [s.error for s in benchmark_class("egoschema")(cfg).samples() if s.error][0]
-    assert "row 1 (q-1): missing field 'answer'" in error
+    assert "row 1 (4e5f6a7b-ego-b): missing field 'answer'" in error
 
 
 def test_constructor_reads_no_files_and_samples_say_where_annotations_go(tmp_path: Path) -> None:
-    bench = VideoMME(BenchmarkConfig(name="videomme", root=str(tmp_path / "nowhere")))
-    assert bench.annotations == tmp_path / "nowhere" / "videomme" / "test-00000-of-00001.parquet"
-    with pytest.raises(FileNotFoundError, match="benchmark.annotations"):
+    bench = VideoMME(BenchmarkConfig(name="videomme", root=str(tmp_path)))
+    assert bench.annotations == tmp_path / "videomme" / "test-00000-of-00001.parquet"
+    (tmp_path / "data").mkdir()
+    with pytest.raises(DataError, match="benchmark.annotations"):
         list(bench.samples())
 
 
@@ -136,7 +147,7 @@ def test_parquet_without_pyarrow_says_how_to_fix(tmp_path: Path) -> None:
     path = tmp_path / "Subset" / "test-00000-of-00001.parquet"
     path.parent.mkdir()
     path.write_bytes(b"PAR1")
-    with pytest.raises(RuntimeError, match="needs pyarrow.*export it to .json"):
+    with pytest.raises(DataError, match="needs pyarrow.*export it to .json"):
         read_records(path)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lmms.lmms_data import build_hf_home
+from infinipotv.data.toy_lmms import build_hf_home
 
 HF_HOME: Path | None = None
 if importlib.util.find_spec("lmms_eval") is not None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.lmms.lmms_data import NO_LMMS, our_config
+from infinipotv.data.toy_lmms import our_config
+from tests.lmms.lmms_data import NO_LMMS
 
 pytestmark = [pytest.mark.lmms, pytest.mark.slow]
 pytest.importorskip("lmms_eval", reason=NO_LMMS)

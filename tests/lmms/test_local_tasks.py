@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.lmms.lmms_data import FAMILIES, NO_LMMS
+from infinipotv.data.toy_lmms import FAMILIES
+from tests.lmms.lmms_data import NO_LMMS
 
 pytestmark = pytest.mark.lmms
 pytest.importorskip("lmms_eval", reason=NO_LMMS)

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.lmms.lmms_data import NO_LMMS, build_hf_home, our_config
+from infinipotv.data.toy_lmms import build_hf_home, our_config
+from tests.lmms.lmms_data import NO_LMMS
 
 pytestmark = pytest.mark.lmms
 pytest.importorskip("lmms_eval", reason=NO_LMMS)

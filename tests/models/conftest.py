@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.models.reference import FAMILIES, tiny_adapter
+from infinipotv.stream.reference import FAMILIES, tiny_adapter
 
 
 @pytest.fixture(scope="session", params=FAMILIES)

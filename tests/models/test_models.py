@@ -16,7 +16,7 @@ from infinipotv import compress
 from infinipotv.config import ConfigError
 from infinipotv.models import ADAPTERS
 from tests.helpers import run_py
-from tests.models.reference import (DEVICE, EMBED_ATOL, FAMILIES, LOGPROB_ATOL, PROMPT, full_prompt, is_qwen,
+from infinipotv.stream.reference import (DEVICE, EMBED_ATOL, FAMILIES, LOGPROB_ATOL, PROMPT, full_prompt, is_qwen,
                                     make_session, one_shot_logprobs, stream, tiny_adapter, tiny_config)
 
 

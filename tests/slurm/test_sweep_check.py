@@ -12,7 +12,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import CompactHydraException
 from omegaconf import OmegaConf
 
-from hydra_plugins.infinipotv_launcher.sweep_check import check_sweep
+from hydra_plugins.infinipotv_launcher.sweep_check import PlannedJob, check_sweep
 from infinipotv.config import register_configs
 from tests.helpers import ROOT
 from tests.slurm.sweeps import run_dirs, slurm, slurm_job_ids, sweep
@@ -118,3 +118,50 @@ def test_a_sweep_with_one_invalid_combination_submits_nothing(request, tmp_path,
     if on_slurm:
         assert not slurm("squeue", "-h", "-n", name).strip()
         assert not slurm("sacct", "-a", "-X", "-n", "--name", name, "-S", "now-1hour").strip()
+
+
+@pytest.mark.parametrize("benchmark", ["mlvu", "videomme", "streamingbench"])
+def test_a_sweep_without_its_data_is_refused_naming_the_variable_and_keys_to_set(tmp_path, monkeypatch, benchmark):
+    monkeypatch.setenv("INFINIPOTV_DATA", str(tmp_path / "data"))
+    with pytest.raises(Rejected) as err:
+        _check(tmp_path, [[f"benchmark={benchmark}", "quant=fp16"], [f"benchmark={benchmark}", "quant=int8"]])
+    message = str(err.value)
+    assert "2 of 2 jobs cannot run" in message, message
+    assert f"video root {tmp_path / 'data' / benchmark} and annotation file {tmp_path / 'data' / benchmark}/" in message
+    assert (f"set INFINIPOTV_DATA to the folder that holds {benchmark}/ (now {tmp_path / 'data'}), or "
+            f"benchmark.root=DIR and benchmark.annotations=FILE") in message
+
+
+def test_a_sweep_whose_data_exists_passes_and_a_missing_annotation_file_alone_is_named(tmp_path, monkeypatch):
+    from infinipotv.data.mlvu import MLVU
+
+    root = tmp_path / "data" / "mlvu"
+    (root / MLVU.default_annotations).parent.mkdir(parents=True)
+    (root / MLVU.default_annotations).write_bytes(b"")  # existence is what the check can see without reading it
+    monkeypatch.setenv("INFINIPOTV_DATA", str(tmp_path / "data"))
+    assert _check(tmp_path, [["benchmark=mlvu"]])[0].problem is None
+    with pytest.raises(Rejected, match=r"#0 benchmark=mlvu benchmark.annotations=.*: annotation file .*elsewhere.json "
+                                       r"not found"):
+        _check(tmp_path, [["benchmark=mlvu", f"benchmark.annotations={tmp_path / 'elsewhere.json'}"]])
+
+
+def test_the_symbolic_benchmark_is_generated_so_only_an_explicit_annotation_file_must_exist(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFINIPOTV_DATA", str(tmp_path / "nothing_here"))
+    assert _check(tmp_path, [["benchmark=symbolic"]])[0].problem is None
+    with pytest.raises(Rejected, match="annotation file .*missing.json not found"):
+        _check(tmp_path, [["benchmark=symbolic", f"benchmark.annotations={tmp_path / 'missing.json'}"]])
+
+
+def test_the_array_is_named_after_its_experiment_and_what_its_jobs_vary(tmp_path):
+    from hydra_plugins.infinipotv_launcher.sweep_check import job_name
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        master = compose("config", overrides=[f"hydra.sweep.dir={tmp_path}"], return_hydra_config=True)
+        jobs = check_sweep(GlobalHydra.instance().config_loader(), master,
+                           [["compress=full", "quant=fp16"], ["compress=full", "quant=int8"]])
+        assert job_name(master, jobs) == "quant=fp16,int8"
+        assert job_name(master, jobs[:1]) == "compress=full quant=fp16"
+        assert job_name(master, [PlannedJob(0, ["+cluster=ci", "seed=1"], None)]) == "seed=1"  # as run dirs
+        experiment = compose("config", overrides=["+experiment=int4_vs_fp16"], return_hydra_config=True)
+        assert job_name(experiment, jobs) == "int4_vs_fp16 quant=fp16,int8"
