@@ -7,10 +7,12 @@ for its codes, in float32 registers, and round after every operation exactly as 
 scales, zeros and dequantized values are the same bits as the PyTorch path of :mod:`infinipotv.kv.quant` (the tests
 compare both, and both against optimum-quanto).
 
-The library is built with the system C compiler (``$CC``, else ``cc``) into the harness's cache folder, keyed by the
-source and the flags, so it is compiled once per machine; x86-64 with AVX2 and F16C only. Where it cannot be built
-or loaded (no compiler, another CPU, a GPU tensor, a head_dim not a multiple of 8), the PyTorch path runs instead,
-with one warning line when a build fails (head_dim <= 4096 and a value group of <= 256 channels, else too). ``INFINIPOTV_NATIVE_CODEC=0`` always takes the PyTorch path.
+The source is built with the system C compiler (``$CC``, else ``cc``) into the harness's cache folder, keyed by the
+source and the flags, so it is compiled once per machine: 16 float32 lanes where the CPU has AVX-512F, and 8 with
+AVX2 + F16C (x86-64 only); a shape takes the widest build whose lanes divide its head_dim (and its value group).
+Where none applies (no compiler, another CPU, a GPU tensor, a head_dim or value group not a multiple of 8, a
+head_dim over 4096 or a value group over 256), the PyTorch path runs instead, with one warning line when a build
+fails. ``INFINIPOTV_NATIVE_CODEC=0`` always takes the PyTorch path.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("kivi_codec.c")
-FLAGS = ("-O3", "-mavx2", "-mf16c", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC")
+FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC")
+# lanes -> (the CPU flags the build needs, its compiler flags); widest first
+BUILDS = {16: (("avx512f", "avx2", "f16c"), ("-mavx512f", "-mavx2", "-mf16c")),
+          8: (("avx2", "f16c"), ("-mavx2", "-mf16c"))}
 ENV = "INFINIPOTV_NATIVE_CODEC"
 DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-LANES = 8  # the kernels' vector width: head_dim (and a value group) must be a multiple of it
 
 _p, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
@@ -43,70 +47,85 @@ SIGNATURES = {
 }
 
 
-def _cpu_supported() -> bool:
+def _cpu_flags() -> set[str]:
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
+        return set()
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    return {"avx2", "f16c"} <= set(flags)
+        return set()
+    return set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
 
 
-def _build(compiler: str, target: Path) -> None:
+def _build(compiler: str, flags: list[str], target: Path) -> None:
     """Compile into a temporary file next to ``target``, then rename it: concurrent first uses never load half a
     file."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
         partial = Path(tmp.name)
     try:
-        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(partial)], check=True, capture_output=True,
+        subprocess.run([compiler, *flags, str(SOURCE), "-o", str(partial)], check=True, capture_output=True,
                        text=True, timeout=120)
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
 
 
-@functools.cache
-def library() -> ctypes.CDLL | None:
-    """The loaded kernels, or None where the PyTorch path must run (see the module docstring)."""
-    if os.environ.get(ENV, "1") == "0" or not _cpu_supported():
-        return None
+def _load(compiler: str, lanes: int, machine_flags: tuple[str, ...]) -> ctypes.CDLL:
     from infinipotv.models.tokenizer import cache_dir
 
+    flags = [*FLAGS, *machine_flags, f"-DLANES={lanes}"]
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((compiler, *flags)).encode()).hexdigest()[:16]
+    target = cache_dir() / f"kivi_codec_{lanes}_{key}.so"
+    if not target.exists():
+        _build(compiler, flags, target)
+    lib = ctypes.CDLL(str(target))
+    for name, args in SIGNATURES.items():
+        for dtype in DTYPES.values():
+            fn = getattr(lib, f"{name}_{dtype}")
+            fn.argtypes, fn.restype = args, None
+    for name in ("kivi_lanes", "kivi_max_head_dim", "kivi_max_value_group"):
+        getattr(lib, name).restype = ctypes.c_int64
+    return lib
+
+
+@functools.cache
+def library() -> dict[int, ctypes.CDLL] | None:
+    """The loaded builds by lanes, widest first, or None where the PyTorch path must run (module docstring)."""
+    cpu = _cpu_flags()
+    wanted = {lanes: flags for lanes, (needs, flags) in BUILDS.items() if set(needs) <= cpu}
+    if os.environ.get(ENV, "1") == "0" or not wanted:
+        return None
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         warnings.warn(f"KIVI codec: no C compiler (cc, gcc or $CC) to build {SOURCE.name}: the PyTorch path runs "
                       f"(slower on CPU; {ENV}=0 silences this)", stacklevel=3)
         return None
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((compiler, *FLAGS)).encode()).hexdigest()[:16]
-    target = cache_dir() / f"kivi_codec_{key}.so"
     try:
-        if not target.exists():
-            _build(compiler, target)
-        lib = ctypes.CDLL(str(target))
+        return {lanes: _load(compiler, lanes, flags) for lanes, flags in wanted.items()}
     except (OSError, subprocess.SubprocessError) as err:
         detail = getattr(err, "stderr", None) or err
         warnings.warn(f"KIVI codec: building {SOURCE.name} with {compiler} failed ({str(detail).strip()[:300]}): "
                       f"the PyTorch path runs (slower on CPU; {ENV}=0 silences this)", stacklevel=3)
         return None
-    for name, args in SIGNATURES.items():
-        for dtype in DTYPES.values():
-            fn = getattr(lib, f"{name}_{dtype}")
-            fn.argtypes, fn.restype = args, None
-    lib.kivi_max_head_dim.restype = lib.kivi_max_value_group.restype = ctypes.c_int64
-    return lib
+
+
+def kernels(device: torch.device, dtype: torch.dtype, head_dim: int, group_size: int, axis: str
+            ) -> ctypes.CDLL | None:
+    """The widest build that takes tensors of ``head_dim`` channels in ``dtype`` (the dtype of the values, scales
+    and zeros) on ``device``, once the layout checks of :mod:`~infinipotv.kv.quant` passed; None: the PyTorch
+    path."""
+    builds = library() if device.type == "cpu" and dtype in DTYPES else None
+    for lanes, lib in (builds or {}).items():
+        if head_dim % lanes == 0 and head_dim <= lib.kivi_max_head_dim() and (
+                axis == "key" or (group_size % lanes == 0 and group_size <= lib.kivi_max_value_group())):
+            return lib
+    return None
 
 
 def applies(device: torch.device, dtype: torch.dtype, head_dim: int, group_size: int, axis: str) -> bool:
-    """Whether the kernels take tensors of ``head_dim`` channels in ``dtype`` (the dtype of the values, scales and
-    zeros) on ``device`` (once the layout checks of :mod:`~infinipotv.kv.quant` passed)."""
-    if device.type != "cpu" or dtype not in DTYPES or head_dim % LANES or (axis == "value" and group_size % LANES):
-        return False
-    lib = library()
-    return (lib is not None and head_dim <= lib.kivi_max_head_dim()
-            and (axis == "key" or group_size <= lib.kivi_max_value_group()))
+    """Whether some build of the kernels takes these tensors (see :func:`kernels`)."""
+    return kernels(device, dtype, head_dim, group_size, axis) is not None
 
 
 def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -117,8 +136,8 @@ def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     return x, x.stride(0)
 
 
-def _fn(name: str, dtype: torch.dtype):  # noqa: ANN202 (a ctypes function)
-    return getattr(library(), f"{name}_{DTYPES[dtype]}")
+def _fn(name: str, dtype: torch.dtype, head_dim: int, group_size: int, axis: str):  # noqa: ANN202 (ctypes)
+    return getattr(kernels(torch.device("cpu"), dtype, head_dim, group_size, axis), f"{name}_{DTYPES[dtype]}")
 
 
 def quantize(x: torch.Tensor, bits: int, group_size: int, axis: str
@@ -130,8 +149,9 @@ def quantize(x: torch.Tensor, bits: int, group_size: int, axis: str
     codes = torch.empty(*lead, t, d * bits // 8, dtype=torch.uint8)
     params = (*lead, t // group_size, d) if axis == "key" else (*lead, t, d // group_size)
     scale, zero = torch.empty(params, dtype=x.dtype), torch.empty(params, dtype=x.dtype)
-    _fn(f"kivi_quantize_{axis}", x.dtype)(rows.data_ptr(), rows.shape[0], stride, t, d, group_size, bits,
-                                          codes.data_ptr(), scale.data_ptr(), zero.data_ptr())
+    run = _fn(f"kivi_quantize_{axis}", x.dtype, d, group_size, axis)
+    run(rows.data_ptr(), rows.shape[0], stride, t, d, group_size, bits, codes.data_ptr(), scale.data_ptr(),
+        zero.data_ptr())
     return codes, scale, zero
 
 
@@ -155,9 +175,9 @@ def dequantize_key(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor,
     out, view, stride = _out(out, shape, scale.dtype)
     codes, scale, zero = codes.contiguous(), scale.contiguous(), zero.contiguous()
     index = None if groups is None else groups.to(torch.int64).contiguous()
-    _fn("kivi_dequantize_key", scale.dtype)(codes.data_ptr(), view.shape[0], t, shape[-1], group_size, bits,
-                                            None if index is None else index.data_ptr(), scale.data_ptr(),
-                                            zero.data_ptr(), view.data_ptr(), stride)
+    run = _fn("kivi_dequantize_key", scale.dtype, shape[-1], group_size, "key")
+    run(codes.data_ptr(), view.shape[0], t, shape[-1], group_size, bits, None if index is None else index.data_ptr(),
+        scale.data_ptr(), zero.data_ptr(), view.data_ptr(), stride)
     return out
 
 
@@ -168,6 +188,7 @@ def dequantize_value(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tenso
     shape = torch.Size((*lead, t, row * 8 // bits))
     out, view, stride = _out(out, shape, scale.dtype)
     codes, scale, zero = codes.contiguous(), scale.contiguous(), zero.contiguous()
-    _fn("kivi_dequantize_value", scale.dtype)(codes.data_ptr(), view.shape[0], t, shape[-1], group_size, bits,
-                                              scale.data_ptr(), zero.data_ptr(), view.data_ptr(), stride)
+    run = _fn("kivi_dequantize_value", scale.dtype, shape[-1], group_size, "value")
+    run(codes.data_ptr(), view.shape[0], t, shape[-1], group_size, bits, scale.data_ptr(), zero.data_ptr(),
+        view.data_ptr(), stride)
     return out

@@ -50,7 +50,7 @@ def _input(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tenso
 @pytest.mark.parametrize("bits", BITS)
 @pytest.mark.parametrize("axis", ["key", "value"])
 @pytest.mark.parametrize(("shape", "group"), [((3, 64, 128), 32), ((2, 48, 16), 8), ((2, 1, 32, 24), 8),
-                                              ((4, 96, 64), 16)])
+                                              ((4, 96, 64), 16), ((2, 64, 128), 64), ((1, 32, 256), 32)])
 def test_kernels_equal_the_torch_path(dtype: torch.dtype, bits: int, axis: str, shape: tuple[int, ...],
                                       group: int) -> None:
     x = _input(shape, dtype, bits)
@@ -152,7 +152,13 @@ def test_switched_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert native.library() is not None
 
 
-def test_every_kernel_is_exported() -> None:
-    lib = native.library()
-    for name, dtype in itertools.product(native.SIGNATURES, native.DTYPES.values()):
-        assert getattr(lib, f"{name}_{dtype}").argtypes == native.SIGNATURES[name]
+def test_every_build_exports_every_kernel_and_shapes_take_the_widest_that_fits() -> None:
+    builds = native.library()
+    for lanes, lib in builds.items():
+        assert lib.kivi_lanes() == lanes
+        for name, dtype in itertools.product(native.SIGNATURES, native.DTYPES.values()):
+            assert getattr(lib, f"{name}_{dtype}").argtypes == native.SIGNATURES[name]
+    cpu = torch.device("cpu")
+    widest = max(builds)
+    assert native.kernels(cpu, torch.float16, 128, 32, "value") is builds[widest]
+    assert native.kernels(cpu, torch.float16, 24, 8, "key") is builds[8]  # 24 channels: 8 lanes only
