@@ -213,26 +213,29 @@ def stream_model(heads: int, head_dim: int, layers: int, dtype: torch.dtype) -> 
     return LlamaForCausalLM(config).to(dtype).eval()
 
 
-def stream_rows(model: Any, tokens: int, chunk: int, bits: int) -> list[dict[str, Any]]:
-    """Stream ``tokens`` random token ids in chunks through ``model`` with each cache; the total time, the
-    per-chunk time at the end, and the last token's log-probs against the full-precision cache's."""
+def stream_rows(model: Any, tokens: int, chunk: int, bits: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Stream ``tokens`` random token ids in chunks through ``model`` with each cache (the full-precision one once,
+    the quantized ones at each of ``bits``); the total time, the last chunk's, and the last token's log-probs
+    against the full-precision cache's."""
     from transformers.cache_utils import DynamicCache, QuantizedCache
 
     config, layers = model.config, model.config.num_hidden_layers
     ids = torch.randint(0, config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(1))
     dtype = next(model.parameters()).dtype
-    makers: dict[str, Callable[[], Any]] = {
-        "dynamic_cache": lambda: DynamicCache(config=config),
-        "kivi_store": lambda: StreamCache(layers, lambda: KiviStore(bits, GROUP, 128, dtype)),
-    }
     try:
         import optimum.quanto  # noqa: F401
-        makers["quanto_cache"] = lambda: QuantizedCache("quanto", config, nbits=bits, axis_key=-1, axis_value=0,
-                                                        q_group_size=GROUP, residual_length=128)
+        quanto = True
     except ImportError:
-        pass
+        quanto = False
+    makers: list[tuple[str, int | None, Callable[[], Any]]] = [("dynamic_cache", None,
+                                                                lambda: DynamicCache(config=config))]
+    for b in bits:
+        makers.append(("kivi_store", b, lambda b=b: StreamCache(layers, lambda: KiviStore(b, GROUP, 128, dtype))))
+        if quanto:
+            makers.append(("quanto_cache", b, lambda b=b: QuantizedCache(
+                "quanto", config, nbits=b, axis_key=-1, axis_value=0, q_group_size=GROUP, residual_length=128)))
     rows, first = [], None
-    for impl, make in makers.items():
+    for impl, b, make in makers:
         cache, steps = make(), []
         with torch.no_grad():
             for start in range(0, tokens, chunk):
@@ -244,9 +247,8 @@ def stream_rows(model: Any, tokens: int, chunk: int, bits: int) -> list[dict[str
                 steps.append(time.perf_counter() - t0)
         logp = logits.log_softmax(-1)
         first = logp if first is None else first
-        rows.append({"impl": impl, "bits": None if impl == "dynamic_cache" else bits, "stream_seconds": sum(steps),
-                     "last_step_seconds": steps[-1], "steps": len(steps),
-                     "max_logprob_gap_to_dynamic": float((logp - first).abs().max())})
+        rows.append({"impl": impl, "bits": b, "stream_seconds": sum(steps), "last_step_seconds": steps[-1],
+                     "steps": len(steps), "max_logprob_gap_to_dynamic": float((logp - first).abs().max())})
     return rows
 
 
@@ -284,8 +286,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "codec": codec, "ratios": ratio_rows, "claims": claims(ratio_rows),
         "store": store_rows(keys, values, args.reps),
         "stream": {"tokens": args.stream_tokens, "chunk": args.stream_chunk, "layers": args.stream_layers,
-                   "rows": [row for bits in (4, 2) for row in stream_rows(model, args.stream_tokens,
-                                                                          args.stream_chunk, bits)]},
+                   "rows": stream_rows(model, args.stream_tokens, args.stream_chunk, (4, 2))},
     }
     write_result(args.out, "kivi_throughput", data, args.smoke, device)
     return data

@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
@@ -136,8 +137,14 @@ def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     return x, x.stride(0)
 
 
-def _fn(name: str, dtype: torch.dtype, head_dim: int, group_size: int, axis: str):  # noqa: ANN202 (ctypes)
-    return getattr(kernels(torch.device("cpu"), dtype, head_dim, group_size, axis), f"{name}_{DTYPES[dtype]}")
+def _fn(name: str, dtype: torch.dtype, head_dim: int, group_size: int, axis: str) -> Callable[..., None]:
+    """The kernel, named in torch.profiler's tables (a ctypes call is no PyTorch operator)."""
+    kernel = getattr(kernels(torch.device("cpu"), dtype, head_dim, group_size, axis), f"{name}_{DTYPES[dtype]}")
+
+    def run(*args: Any) -> None:
+        with torch.profiler.record_function(name):
+            kernel(*args)
+    return run
 
 
 def quantize(x: torch.Tensor, bits: int, group_size: int, axis: str
