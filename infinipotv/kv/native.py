@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 
 SOURCE = Path(__file__).with_name("kivi_codec.c")
-FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC")
+FLAGS = ("-O3", "-funroll-loops", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC")
 # lanes -> (the CPU flags the build needs, its compiler flags); widest first
 BUILDS = {16: (("avx512f", "avx2", "f16c"), ("-mavx512f", "-mavx2", "-mf16c")),
           8: (("avx2", "f16c"), ("-mavx2", "-mf16c"))}
