@@ -33,7 +33,7 @@ from infinipotv.kv.accounting import Layout, Storage
 from infinipotv.kv.quant import check_bits, dequantize_grouped, quantize, unpack_codes
 from infinipotv.kv.store import POSITION_DTYPE, KVStore, flat_rows, gather_rows, take_rows
 
-KEY_BLOCK_BYTES = 1 << 21  # CPU: key scale/zero rows gathered per block of tokens of about this size (see dequantized)
+KEY_BLOCK_BYTES = 1 << 21  # CPU, PyTorch path: key scale/zero rows gathered per block of tokens of about this size
 GROUP_COUNT_DTYPE = torch.int16  # survivors per key group (<= group_size), with the [H] lengths the bookkeeping
 LENGTH_DTYPE = torch.long  # quantized tokens per head, on the device
 
