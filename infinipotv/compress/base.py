@@ -162,9 +162,19 @@ class Policy:
         if not (self.reads_any_float and keys.dtype in FLOAT_DTYPES and values.dtype in FLOAT_DTYPES):
             keys, values = keys.float(), values.float()
         kept = self.keep(keys, values, layout, n_keep, layer, n_layers).long()
-        if kept.shape != (heads, n_keep) or bool(((kept < 0) | (kept >= n_tokens)).any()):
-            raise RuntimeError(f"policy {self.name!r} returned invalid indices of shape {tuple(kept.shape)}")
+        if kept.shape != (heads, n_keep):
+            raise RuntimeError(f"policy {self.name!r} returned indices of shape {tuple(kept.shape)}, expected "
+                               f"{(heads, n_keep)}")
+        check_on_device(((kept >= 0) & (kept < n_tokens)).all(), f"policy {self.name!r} returned indices outside "
+                        f"[0, {n_tokens})")
         return ascending(kept, n_tokens, self.name)
+
+
+def check_on_device(ok: torch.Tensor, message: str) -> None:
+    """Raise ``message`` unless ``ok`` (a bool tensor) holds, without waiting for the device: on a CPU it raises
+    here (RuntimeError), on a GPU the check runs in the stream and a failure stops it at the next synchronisation.
+    Reading ``ok`` back (``bool(ok)``) would make every layer of a pass wait for its kernels."""
+    torch._assert_async(ok, message)
 
 
 def ascending(kept: torch.Tensor, n_tokens: int, name: str) -> torch.Tensor:
@@ -173,8 +183,7 @@ def ascending(kept: torch.Tensor, n_tokens: int, name: str) -> torch.Tensor:
     A repeated index leaves fewer marks than indices: the policy is at fault."""
     heads, n_keep = kept.shape
     marks = torch.zeros(heads, n_tokens, dtype=torch.bool, device=kept.device).scatter_(1, kept, True)
-    if bool((marks.sum(dim=1) != n_keep).any()):
-        raise RuntimeError(f"policy {name!r} returned a token twice for some head")
+    check_on_device((marks.sum(dim=1) == n_keep).all(), f"policy {name!r} returned a token twice for some head")
     slot = torch.where(marks, marks.cumsum(dim=1) - 1, n_keep)  # unmarked tokens go to a spare last column
     positions = torch.arange(n_tokens, device=kept.device).expand(heads, n_tokens)
     return kept.new_empty(heads, n_keep + 1).scatter_(1, slot, positions)[:, :n_keep]

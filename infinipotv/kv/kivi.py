@@ -28,11 +28,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from infinipotv.kv import native
 from infinipotv.kv.accounting import Layout, Storage
 from infinipotv.kv.quant import check_bits, dequantize_grouped, quantize, unpack_codes
 from infinipotv.kv.store import POSITION_DTYPE, KVStore, flat_rows, gather_rows, take_rows
 
-KEY_BLOCK_BYTES = 1 << 21  # CPU: key scale/zero rows gathered per block of tokens of about this size (see dequantized)
+KEY_BLOCK_BYTES = 1 << 21  # CPU, PyTorch path: key scale/zero rows gathered per block of tokens of about this size
 GROUP_COUNT_DTYPE = torch.int16  # survivors per key group (<= group_size), with the [H] lengths the bookkeeping
 LENGTH_DTYPE = torch.long  # quantized tokens per head, on the device
 
@@ -246,14 +247,18 @@ class KiviStore(KVStore):
     def _dequantize_keys(self, out: torch.Tensor) -> torch.Tensor:
         """``q * scale + zero`` of the quantized keys into ``out`` ``[H, Lq, D]``. Key groups hold different numbers
         of survivors, so each token's scale/zero row is gathered (:func:`token_groups`, then the head's first row in
-        the flat rows); on the CPU this is done in blocks of tokens of about ``KEY_BLOCK_BYTES``, so no full-size
-        copy of the scales is made (on a GPU, one block: its allocator reuses memory and fewer launches win). The
-        same products and sums."""
+        the flat rows); the CPU kernels of :mod:`~infinipotv.kv.native` read each token's row in place; the PyTorch
+        path gathers them in blocks of tokens of about ``KEY_BLOCK_BYTES`` on a CPU, so no full-size copy of the
+        scales is made (on a GPU, one block: its allocator reuses memory and fewer launches win). The same products
+        and sums."""
         h, lq, d = out.shape
         ng = self.n_key_groups
         # a head's padding tokens (past its nq[h]) may name a group past its own: any row will do, they are
         # overwritten by the residual window
         rows = (self._token_groups() + flat_starts(ng).unsqueeze(1)).clamp_(max=self._k_scale.shape[0] - 1)
+        if native.applies(out.device, out.dtype, d, self.group_size, "key"):
+            return native.dequantize_key(self._k_codes, self._k_scale, self._k_zero, self.bits, self.group_size,
+                                         groups=rows, out=out)
         unpack_codes(self._k_codes, self.bits, out.dtype, out)
         step = lq if out.device.type != "cpu" else max(1, KEY_BLOCK_BYTES // (h * d * out.element_size()))
         for start in range(0, lq, step):

@@ -31,7 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=SEED, help="bootstrap seed")
     parser.add_argument("--experiments-dir", default="experiments")
     parser.add_argument("--model", default=None,
-                        help="only this model's runs (the name tables show, e.g. Qwen2-VL-7B-Instruct-tiny)")
+                        help="only this model's runs (the name the tables' captions show: the checkpoint folder's name, "
+                             "e.g. Qwen2-VL-7B-Instruct, else the family, e.g. qwen2vl-tiny)")
     parser.add_argument("--force", action="store_true", help="replace the outputs already in the output folder")
     args = parser.parse_args(argv)
     formats = [f.strip() for f in args.format.split(",") if f.strip()]

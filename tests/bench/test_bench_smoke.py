@@ -50,3 +50,29 @@ def test_report_renders_with_no_results(tmp_path: Path) -> None:
 
     text = render(tmp_path).read_text()
     assert text.count("Not run yet") == len(SECTIONS)
+
+
+def test_kivi_throughput_smoke_checks_its_claims_and_errors(tmp_path: Path) -> None:
+    """Every implementation is timed beside a copy, every claim is computed from the run, every dequantized tensor
+    is within the codec's error bound and equal to ours, and the streaming loop runs each cache."""
+    data = importlib.import_module("bench.kivi_throughput").main(["--smoke", "--threads", "1", "--out", str(tmp_path)])
+    impls = {r["impl"] for r in data["codec"]}
+    assert {"ours", "ours_torch", "reference", "copy"} <= impls
+    assert len(data["claims"]) == 2 * 2 * 2 * (3 if "quanto" in impls else 2)  # bits x axes x ops x peers
+    for row in data["codec"]:
+        if row["impl"] != "copy":
+            assert row["within_bound"] and row["dequantized_equals_ours"], row
+    caches = {(r["impl"], r["bits"]) for r in data["stream"]["rows"]}
+    assert {("dynamic_cache", None), ("kivi_store", 4), ("kivi_store", 2)} <= caches
+    assert (("quanto_cache", 4) in caches) == ("quanto" in impls)
+
+
+def test_gpu_table_a4_smoke_checks_the_gpu_claims_and_profiles(tmp_path: Path) -> None:
+    """The GPU script, at tiny shapes on the CPU: the issue's three claims computed from its runs and a profile of
+    the InfiniPot-V int4 stream, as the device run will write them."""
+    data = importlib.import_module("bench.gpu_table_a4").main(["--smoke", "--threads", "1", "--out", str(tmp_path)])
+    assert [c["claim"].split(" ")[0] for c in data["claims"]] == ["passes", "passes", "int4"]
+    assert all(isinstance(c["holds"], bool) for c in data["claims"])
+    rows = data["profile"]["rows"]
+    assert 0 < len(rows) <= 15 and all(r["self_ms"] >= 0 for r in rows)
+    assert "Where the time goes" in (tmp_path / "report.md").read_text()

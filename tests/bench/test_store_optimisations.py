@@ -13,6 +13,7 @@ from infinipotv.compress import FrameLayout, build
 from infinipotv.compress.layout import FrameCoords, frame_coords
 from infinipotv.compress.pooling import KERNELS, pool
 from infinipotv.compress.scores import KEY_EPS, tar_scores, unit_keys
+from infinipotv.kv import native
 from infinipotv.kv.kivi import KiviStore
 from infinipotv.kv.quant import BITS, pack_codes, unpack_codes
 from infinipotv.kv.store import FullPrecisionStore, flat_rows, gather_rows, take_rows
@@ -115,8 +116,13 @@ def _plain_dequantized(store: KiviStore) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 @pytest.mark.parametrize("bits", BITS)
 @pytest.mark.parametrize("seed", range(3))
-def test_dequantized_in_place_equals_the_plain_computation(bits: int, dtype: torch.dtype, seed: int) -> None:
-    """dequantized() writes codes and residual straight into its outputs (key scales in blocks on the CPU)."""
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "torch_path"])
+def test_dequantized_in_place_equals_the_plain_computation(bits: int, dtype: torch.dtype, seed: int, kernels: bool,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """dequantized() writes codes and residual straight into its outputs (with the compiled kernels; on the
+    PyTorch path, key scales in blocks on the CPU)."""
+    if not kernels:
+        monkeypatch.setattr(native, "library", lambda: None)
     ragged, even = _ragged_kivi(bits, dtype, seed), _even_kivi(bits, dtype, seed)
     assert len(set(ragged._nq.tolist())) > 1  # the heads really are ragged (groups found by binary search)
     assert len(set(even._nq.tolist())) == 1 and bool((even._k_count.long() < 8).any())  # thinned groups, no padding

@@ -160,3 +160,44 @@ def test_every_policy_is_a_config_choice_with_exactly_its_params():
         assert node.name == name and node.budget == (None if name == "full" else 6000)
         given = {k: v for k, v in OmegaConf.to_container(node).items() if k not in shared}
         assert build(name, **given) == build(name), f"compress={name} must restate the policy's defaults"
+
+
+@pytest.mark.parametrize(("returned", "message"), [
+    (lambda h, n, t: torch.arange(n).expand(h, n) + (t - n + 1), r"returned indices outside \[0, "),
+    (lambda h, n, t: torch.zeros(h, n, dtype=torch.long), "returned a token twice"),
+    (lambda h, n, t: torch.arange(n - 1).expand(h, n - 1), "returned indices of shape"),
+])
+def test_a_policy_returning_bad_indices_is_caught(region, monkeypatch, returned, message):
+    """The checks run on the device (no read-back inside a pass); on the CPU they raise at once."""
+    keys, values, layout = region()
+    policy = build("van")
+    monkeypatch.setattr(type(policy), "keep", lambda self, k, v, lay, n, *_: returned(k.shape[0], n, k.shape[1]))
+    with pytest.raises(RuntimeError, match=message):
+        policy(keys, values, layout, 10, 0, 4)
+
+
+SYNCS = ("__bool__", "item", "tolist", "cpu", "numpy", "__int__", "__float__")
+
+
+@pytest.mark.parametrize("name", ["tar_van_pool", "tar_van", "van", "knorm", "uniform_tokens"])
+def test_a_pass_reads_nothing_back_from_the_device(region, monkeypatch, name):
+    """No host synchronisation inside a policy call in the paper's setting (pseudo frames, layer-quartile pooling):
+    every tensor-to-host read raises here, so on a GPU the layers of a pass queue their kernels without waiting.
+    The same indices as with the reads allowed."""
+    keys, values, layout = region(old_frames=12, keep_old=30)
+    policy = build(name)
+    want = policy(keys, values, layout, 40, 1, 4)
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a host read inside a compression pass")
+
+    for attr in SYNCS:
+        monkeypatch.setattr(torch.Tensor, attr, refuse)
+    got = policy(keys, values, layout, 40, 1, 4)
+    monkeypatch.undo()
+    assert torch.equal(got, want)
+    if name == "tar_van_pool":  # the check sees a read where there is one: cv pooling reads its statistic back
+        for attr in SYNCS:
+            monkeypatch.setattr(torch.Tensor, attr, refuse)
+        with pytest.raises(AssertionError, match="host read"):
+            build(name, pooling="cv")(keys, values, layout, 40, 1, 4)
