@@ -61,8 +61,9 @@ def gguf_path() -> Path:
 def _convert(gguf: Path, out: Path) -> None:
     """Dequantize the GGUF into a plain float32 transformers checkpoint (config, safetensors, tokenizer) in ``out``.
 
-    transformers' own GGUF path needs accelerate; its tensor reader does not, so the model is built empty and filled
-    from it. The result is an ordinary checkpoint: no quantizer attached, no quantization_config saved.
+    transformers' own GGUF path needs accelerate; its tensor reader does not, so the model is built empty (on the meta
+    device) and its weights assigned from it. The result is an ordinary checkpoint: no quantizer attached, no
+    quantization_config saved.
     """
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
@@ -71,8 +72,9 @@ def _convert(gguf: Path, out: Path) -> None:
         skeleton = LlamaForCausalLM(config)
     tensors = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=skeleton,
                                    torch_dtype=torch.float32)["tensors"]
-    model = LlamaForCausalLM(config)
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    with torch.device("meta"):  # every weight comes from the GGUF: no random initialisation to pay for
+        model = LlamaForCausalLM(config)
+    missing, unexpected = model.load_state_dict(tensors, strict=False, assign=True)
     if unexpected or set(missing) - {"lm_head.weight"}:
         raise RuntimeError(f"{gguf} does not match LlamaForCausalLM: missing {missing}, unexpected {unexpected}")
     model.tie_weights()
