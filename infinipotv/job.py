@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -250,6 +251,7 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
             if parts is None:
                 parts = build_parts(cfg)
                 session = parts.session(cfg.compress.c_ratio, reference=cfg.eval.reference.value == "full")
+                print(f"run directory: {run_dir}", file=sys.stderr, flush=True)  # the end summary repeats it
             _stream(session, sample, lambda: ahead.open(sample, following.get(sample.video_id)), todo, cfg, bench,
                     out, memory, progress)
     finally:

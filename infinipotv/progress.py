@@ -2,7 +2,8 @@
 
 A first run otherwise shows nothing for minutes after the weights load. The bar goes to stderr, so the summary on
 stdout is unchanged, and it stays quiet where nobody watches: when stderr is not a terminal (a log file, a pipe, CI)
-and under Slurm (whose job output is a file even when a terminal launched it).
+and under Slurm (whose job output is a file even when a terminal launched it). There, each video that starts
+streaming gets one plain line instead, and the end one more, so a job's log shows how far it got.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Progress:
         self.videos, self.video = videos, 0
         self.frames = self.passes = 0
         self._frames_before = self._steps = 0
+        self.questions, self.done = questions, 0
         self.bar = tqdm(total=questions, desc="questions", unit="q", dynamic_ncols=True,
                         disable=not (interactive() if enabled is None else enabled))
 
@@ -35,6 +37,7 @@ class Progress:
         self.video += 1
         self._frames_before, self._steps = self.frames, 0
         self._show()
+        self._log(f"video {self.video}/{self.videos}")
 
     def streamed(self, session: StreamingSession) -> None:
         """Frames fed and passes made since the last call, read from the session's count and trace."""
@@ -45,11 +48,20 @@ class Progress:
         self._show()
 
     def answered(self, n: int = 1) -> None:
+        self.done += n
         self.bar.update(n)
 
     def _show(self) -> None:
         self.bar.set_postfix_str(f"video {self.video}/{self.videos}, {self.frames} frames, {self.passes} passes",
                                  refresh=True)
 
+    def _log(self, what: str) -> None:
+        """One line in a log where the bar is off."""
+        if self.bar.disable:
+            print(f"progress: {what}: {self.done}/{self.questions} questions answered, {self.frames} frames streamed, "
+                  f"{self.passes} passes", file=sys.stderr, flush=True)
+
     def close(self) -> None:
         self.bar.close()
+        if self.video:
+            self._log("done")

@@ -45,3 +45,19 @@ def test_the_bar_counts_videos_frames_questions_and_passes(tiny_qwen2vl, monkeyp
     assert passes and progress.passes == 2 * passes and progress.frames == 2 * len(frames)
     assert progress.bar.n == 2 and f"video 2/2, 32 frames, {2 * passes} passes" in terminal.getvalue()
     progress.close()
+
+
+def test_a_log_gets_one_line_per_video_and_one_at_the_end(monkeypatch):
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    progress = Progress(videos=2, questions=3, enabled=False)
+    progress.start_video()
+    progress.answered(2)
+    progress.start_video()
+    progress.answered()
+    progress.close()
+    assert log.getvalue().splitlines() == [
+        "progress: video 1/2: 0/3 questions answered, 0 frames streamed, 0 passes",
+        "progress: video 2/2: 2/3 questions answered, 0 frames streamed, 0 passes",
+        "progress: done: 3/3 questions answered, 0 frames streamed, 0 passes",
+    ]
