@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, Iterator
+from contextlib import nullcontext
+from typing import Any, Callable
 
 import torch
 
@@ -93,17 +93,6 @@ def quanto_pair(x: torch.Tensor, bits: int, axis: str
     return quant, lambda: packed.dequantize()[0]
 
 
-@contextmanager
-def torch_path() -> Iterator[None]:
-    """Our codec on its PyTorch path (the compiled kernels set aside)."""
-    built = native.library
-    native.library = lambda: None
-    try:
-        yield
-    finally:
-        native.library = built
-
-
 def error_check(x: torch.Tensor, y: torch.Tensor, q: QuantizedTensor) -> dict[str, Any]:
     """The largest |y - x| in half quantization steps of its group (``q``'s: every implementation here forms the same
     groups), and whether every element is within the bound the codec tests hold ours to: half a step plus a few
@@ -128,7 +117,7 @@ def codec_rows(x: torch.Tensor, bits: int, reps: int) -> list[dict[str, Any]]:
     rows = []
     for axis in ("key", "value"):
         ours = quantize(x, bits, GROUP, axis)
-        with torch_path():
+        with native.torch_path():
             ours_torch = quantize(x, bits, GROUP, axis)
         ref = reference_quantize(x, bits, axis)
         impls: dict[str, tuple[Callable[[], Any], Callable[[], torch.Tensor]]] = {
@@ -142,7 +131,7 @@ def codec_rows(x: torch.Tensor, bits: int, reps: int) -> list[dict[str, Any]]:
         impls["copy"] = (x.clone, x.clone)
         mine, errors, fns = dequantize(ours), {}, {}
         for impl, (quant, dequant) in impls.items():
-            path = torch_path if impl == "ours_torch" else nullcontext
+            path = native.torch_path if impl == "ours_torch" else nullcontext
             with path():
                 y = dequant()
             errors[impl] = {} if impl == "copy" else {**error_check(x, y, ours),

@@ -26,6 +26,8 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -88,6 +90,19 @@ def _load(compiler: str, lanes: int, machine_flags: tuple[str, ...]) -> ctypes.C
     for name in ("kivi_lanes", "kivi_max_head_dim", "kivi_max_value_group"):
         getattr(lib, name).restype = ctypes.c_int64
     return lib
+
+
+@contextmanager
+def torch_path() -> Iterator[None]:
+    """Inside the block the codec takes its PyTorch path, as where the kernels are unavailable (the benches and tests
+    compare both paths; ``INFINIPOTV_NATIVE_CODEC=0`` does the same for a whole process)."""
+    global library
+    built = library
+    library = lambda: None  # noqa: E731 (the module's one switch, swapped for the block)
+    try:
+        yield
+    finally:
+        library = built
 
 
 @functools.cache

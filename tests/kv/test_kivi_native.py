@@ -4,8 +4,7 @@ cleanly wherever they do not apply."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -16,17 +15,6 @@ from infinipotv.kv.quant import BITS, QuantizedTensor, dequantize, dequantize_gr
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 pytestmark = pytest.mark.skipif(native.library() is None, reason="the KIVI kernels cannot be built on this machine")
-
-
-@contextmanager
-def torch_path() -> Iterator[None]:
-    """The PyTorch path, as where the kernels are unavailable."""
-    built = native.library
-    native.library = lambda: None
-    try:
-        yield
-    finally:
-        native.library = built
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -58,7 +46,7 @@ def test_kernels_equal_the_torch_path(dtype: torch.dtype, bits: int, axis: str, 
         pytest.skip("values need head_dim % group == 0")
     assert native.applies(x.device, dtype, shape[-1], group, axis)
     ours = quantize(x, bits, group, axis)
-    with torch_path():
+    with native.torch_path():
         ref = quantize(x, bits, group, axis)
         ref_y = dequantize(ref)
     assert _same_quantized(ours, ref)
@@ -75,7 +63,7 @@ def test_kernels_read_strided_rows_and_write_into_rows_of_a_larger_tensor(dtype:
     ours = quantize(x, 4, 32, axis)
     big = torch.full((3, 100, 64), -7.0, dtype=dtype)
     dequantize_grouped(ours.codes, ours.scale, ours.zero, 4, 32, axis, out=big[:, :64])
-    with torch_path():
+    with native.torch_path():
         ref = quantize(x.contiguous(), 4, 32, axis)
         want = dequantize(ref)
     assert _same_quantized(ours, ref)
@@ -91,7 +79,7 @@ def test_store_streams_equal_the_torch_path(dtype: torch.dtype, bits: int) -> No
     for path in ("native", "torch"):
         gen = torch.Generator().manual_seed(bits)
         store = KiviStore(bits, group_size=8, residual_length=5, dtype=dtype)
-        with torch_path() if path == "torch" else nullcontext():
+        with native.torch_path() if path == "torch" else nullcontext():
             seen, next_id = [], 0
             for step in range(9):
                 n = int(torch.randint(1, 40, (1,), generator=gen))
@@ -118,7 +106,7 @@ def test_shapes_the_kernels_do_not_take_go_the_torch_way() -> None:
         assert not native.applies(torch.device("cpu"), torch.float16, shape[-1], group, axis)
         x = _input(shape, torch.float16, 1)
         got = quantize(x, 4, group, axis)
-        with torch_path():
+        with native.torch_path():
             assert _same_quantized(got, quantize(x, 4, group, axis))
     assert not native.applies(torch.device("meta"), torch.float16, 128, 32, "key")
     assert not native.applies(torch.device("cpu"), torch.float64, 128, 32, "key")
