@@ -138,7 +138,7 @@ def _stream(session: StreamingSession, sample: VideoSample, open_frames: Callabl
             except Exception as err:  # noqa: BLE001
                 return fail(asked[i:], err)
             try:
-                answer = session.ask(q.prompt, cfg.eval.max_new_tokens or q.max_new_tokens, tail, frames.fps)
+                answer = session.ask(q.prompt, cfg.eval.max_new_tokens or q.max_new_tokens, tail, frames.fps, q.stop)
                 record = _record(bench, sample, q, answer, None)
             except Exception as err:  # noqa: BLE001 (a bad question costs only itself)
                 record = _record(bench, sample, q, None, _error(err))

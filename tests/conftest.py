@@ -1,4 +1,9 @@
-"""Shared fixtures: the tiny Qwen2-VL built once per session, fast torch settings."""
+"""Shared fixtures: the tiny Qwen2-VL built once per session; torch threads and xdist groups.
+
+Under pytest-xdist (``-n``, in pyproject's addopts) each worker gets its share of the cores, for torch here and for
+the processes tests start (OMP_NUM_THREADS), so that workers never oversubscribe the machine. A test file is one
+xdist group (its tests share module fixtures), and every Slurm test is in one group: they share one cluster.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,19 @@ import torch
 
 from infinipotv.config import ModelConfig
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+_THREADS = max(1, min(2, (os.cpu_count() or 1) // _WORKERS))
+if _WORKERS > 1:
+    os.environ["OMP_NUM_THREADS"] = str(_THREADS)
+torch.set_num_threads(_THREADS)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if not item.get_closest_marker("xdist_group"):
+            group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
 
 TINY_QWEN2VL = dict(family="qwen2vl", tiny=True, dtype="float32", min_pixels=56 * 56, max_pixels=112 * 112,
                     options={"num_layers": 2, "hidden_size": 128, "num_heads": 4, "num_kv_heads": 2, "seed": 0})

@@ -24,6 +24,8 @@ class Question:
     in its chat template. ``time_s`` is None for offline benchmarks (asked after the whole video) and the stream time
     at which a streaming question is asked otherwise. ``categories`` holds the benchmark's own breakdown fields
     (e.g. ``{"duration": "short", "domain": ..., "task_type": ...}``); they are copied into every prediction record.
+    ``stop``: a regular expression; greedy decoding ends as soon as the answer so far matches it (a benchmark whose
+    score reads only the answer's start need not pay for the rest: each decoded token is a forward of the model).
     """
 
     qid: str
@@ -33,6 +35,7 @@ class Question:
     categories: dict[str, str] = field(default_factory=dict)
     time_s: float | None = None
     max_new_tokens: int = 16
+    stop: str | None = None
 
 
 @dataclass

@@ -32,7 +32,7 @@ import numpy as np
 from infinipotv.config import BenchmarkConfig, ConfigError
 from infinipotv.data.base import Question, VideoSample, register
 from infinipotv.data.loading import AnnotatedBenchmark, hms_seconds, options_from_list
-from infinipotv.data.symbolic_content import COLOURS, KINDS, SCENE, NeedleKind, scene_cast
+from infinipotv.data.symbolic_content import COLOURS, KINDS, MAX_NEEDLES, SCENE, NeedleKind, scene_cast
 from infinipotv.data.video import write_video
 from infinipotv.models import glyphs
 
@@ -45,6 +45,9 @@ DEFAULTS: dict[str, Any] = {
     "show_options": False,
 }
 MAX_NEW_TOKENS = 8
+# Every value is one word and both scores read the answer's first word (``normalize``; ``choose`` finds the option
+# it names), so decoding stops once that word has ended: a word character followed by any other.
+FIRST_WORD = r"[\w'][^\w']"
 
 
 def _fraction(name: str, value: float) -> float:
@@ -103,9 +106,10 @@ class Knobs:
         return knobs
 
     def check(self) -> None:
-        if not 0 <= self.n_needles <= len(KINDS):
-            raise ConfigError(f"benchmark.options.n_needles={self.n_needles} must lie in [0, {len(KINDS)}] "
-                              f"(one needle per kind: {', '.join(k.name for k in KINDS)})")
+        if not 0 <= self.n_needles <= MAX_NEEDLES:
+            raise ConfigError(f"benchmark.options.n_needles={self.n_needles} must lie in [0, {MAX_NEEDLES}] "
+                              f"({len(KINDS)} kinds: {', '.join(k.name for k in KINDS)}; each with "
+                              f"{MAX_NEEDLES // len(KINDS)} subjects)")
         events = (self.n_needles + self.n_distractors) * self.needle_frames
         if min(self.n_videos, self.fps, self.scene_frames, self.needle_frames, *self.grid) < 1 or events >= self.frames:
             raise ConfigError(f"benchmark.options: n_videos, fps, scene_frames, needle_frames and grid must be >= 1 and "
@@ -147,16 +151,19 @@ class _Video:
         self.k, self.rng, self.video_id = knobs, rng, video_id
         self.lines = self._scenes()
         self.rows: list[dict[str, Any]] = []
-        kinds = [KINDS[i] for i in rng.permutation(len(KINDS))[: knobs.n_needles]]
+        order = rng.permutation(len(KINDS))
+        needles = [(KINDS[order[i % len(KINDS)]], KINDS[order[i % len(KINDS)]].subjects[i // len(KINDS)])
+                   for i in range(knobs.n_needles)]  # the kinds in a random order, then again with their next subject
         starts = knobs.needle_starts()
         free = self._free_starts(starts)
-        for i, (kind, start) in enumerate(zip(kinds, starts)):
-            value = kind.draw(rng)
+        for (kind, subject), start in zip(needles, starts):
+            value = {**kind.draw(rng), "subject": subject}
             self._place(start, kind.statement(value))
-            self._ask_needle(i, kind, value, start)
+            self._ask_needle(kind, value, start)
+        lured = needles or [(kind, kind.subjects[0]) for kind in KINDS]  # no needles: lures of every kind
         for j, start in enumerate(free):
-            kind = kinds[j % len(kinds)] if kinds else KINDS[j % len(KINDS)]
-            self._place(start, kind.lure(self.k.distractor_similarity, rng))
+            kind, subject = lured[j % len(lured)]
+            self._place(start, kind.lure(self.k.distractor_similarity, subject, rng))
         for j in range(knobs.scene_questions):
             self._ask_scene(j)
 
@@ -221,7 +228,7 @@ class _Video:
             "depth": _depth_bin(first / self.k.frames),
         })
 
-    def _ask_needle(self, i: int, kind: NeedleKind, value: dict[str, str], start: int) -> None:
+    def _ask_needle(self, kind: NeedleKind, value: dict[str, str], start: int) -> None:
         choices = None
         if self.rng.random() < self.k.mc_fraction:
             choices = [value["value"], *kind.other_values(value["value"], 3, self.rng)]
@@ -313,7 +320,7 @@ class Symbolic(AnnotatedBenchmark):
         asked = hms_seconds(row["time_stamp"]) if row["time_stamp"] else float(row["duration"])
         question = Question(qid=str(row["question_id"]), prompt=prompt, gold=gold if options else normalize(gold),
                             options=options, categories=self.categories(row), time_s=asked,
-                            max_new_tokens=MAX_NEW_TOKENS)
+                            max_new_tokens=MAX_NEW_TOKENS, stop=FIRST_WORD)
         return str(row["video_id"]), self.annotations.parent / row["video_path"], question
 
     def parse(self, output: str, question: Question) -> str | None:

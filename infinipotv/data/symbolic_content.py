@@ -46,14 +46,21 @@ def _hour(rng: np.random.Generator) -> Value:
 
 @dataclass(frozen=True)
 class NeedleKind:
-    """One kind of needle event: its line, its question and answer prefix, its values and its lures."""
+    """One kind of needle event: its line, question and answer prefix, its subjects, values and lures.
+
+    ``{subject}`` in the templates names what the value belongs to ("The {subject} code is {value}."): a video may
+    hold a kind more than once, each time about another subject (needle i of a video takes subject i // len(KINDS)
+    of its kind), so the question names which one it asks. The first subject is the one a single needle of the kind
+    always had. No subject appears in a lure's fixed words, so a lure never states another needle's fact.
+    """
 
     name: str
     template: str
     question: str
     answer_prefix: str
+    subjects: tuple[str, ...]
     draw: Callable[[np.random.Generator], Value]
-    lures: tuple[str, str, str]  # least to most similar to the needle's line
+    lures: tuple[str, str, str]  # least to most similar to the needle's line; may use {subject} and {value}
 
     def statement(self, value: Value) -> str:
         return self.template.format(**value)
@@ -67,26 +74,33 @@ class NeedleKind:
                 found.append(candidate)
         return found
 
-    def lure(self, similarity: float, rng: np.random.Generator) -> str:
-        """A distractor line at ``similarity`` in [0, 1]: between two of the three levels, the upper one with the
-        probability of the fractional part (0.25 = unrelated or same kind of value, half and half)."""
+    def lure(self, similarity: float, subject: str, rng: np.random.Generator) -> str:
+        """A distractor line at ``similarity`` in [0, 1] about ``subject``: between two of the three levels, the
+        upper one with the probability of the fractional part (0.25 = unrelated or same kind of value, half and
+        half)."""
         position = similarity * (len(self.lures) - 1)
         level = int(position) + int(rng.random() < position - int(position))
-        return self.lures[level].format(**self.draw(rng))
+        return self.lures[level].format(subject=subject, **self.draw(rng))
 
 
 KINDS = (
-    NeedleKind("code", "The secret code is {value}.", "What is the secret code?", "The secret code is", _code,
+    NeedleKind("code", "The {subject} code is {value}.", "What is the {subject} code?", "The {subject} code is",
+               ("secret", "door", "safe", "alarm", "locker"), _code,
                ("A bird flies past the window.", "The room number is {value}.", "The old code is {value}.")),
-    NeedleKind("name", "The visitor's name is {value}.", "What is the visitor's name?", "The visitor's name is",
-               _pick(NAMES), ("A phone rings in the hall.", "The cook's name is {value}.", "The visitor's dog is {value}.")),
-    NeedleKind("count", "The table holds {value} {item}.", "How many {item} does the table hold?", "The table holds",
-               _count, ("Rain taps on the glass.", "The shelf holds {value} {item}.", "The table held {value} {item}.")),
-    NeedleKind("hour", "The train leaves at {value} o'clock.", "When does the train leave?", "The train leaves at",
-               _hour, ("A dog barks outside.", "The bus leaves at {value} o'clock.", "The train left at {value} o'clock.")),
-    NeedleKind("age", "The old sailor is {value} years old.", "How old is the old sailor?", "The old sailor is",
-               _age, ("The lights flicker.", "The young cook is {value} years old.", "The old sailor was {value} years old.")),
+    NeedleKind("name", "The {subject}'s name is {value}.", "What is the {subject}'s name?", "The {subject}'s name is",
+               ("visitor", "pilot", "doctor", "driver", "teacher"), _pick(NAMES),
+               ("A phone rings in the hall.", "The cook's name is {value}.", "The {subject}'s dog is {value}.")),
+    NeedleKind("count", "The {subject} holds {value} {item}.", "How many {item} does the {subject} hold?",
+               "The {subject} holds", ("table", "drawer", "bowl", "crate", "tray"), _count,
+               ("Rain taps on the glass.", "The shelf holds {value} {item}.", "The {subject} held {value} {item}.")),
+    NeedleKind("hour", "The {subject} leaves at {value} o'clock.", "When does the {subject} leave?",
+               "The {subject} leaves at", ("train", "ferry", "plane", "coach", "tram"), _hour,
+               ("A dog barks outside.", "The bus leaves at {value} o'clock.", "The {subject} left at {value} o'clock.")),
+    NeedleKind("age", "The {subject} is {value} years old.", "How old is the {subject}?", "The {subject} is",
+               ("old sailor", "farmer", "painter", "baker", "tailor"), _age,
+               ("The lights flicker.", "The young cook is {value} years old.", "The {subject} was {value} years old.")),
 )
+MAX_NEEDLES = len(KINDS) * min(len(kind.subjects) for kind in KINDS)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Figures from the tidy frame and the memory traces (matplotlib, saved as PNG + PDF).
 
-- accuracy vs budget: one line per (policy, kv) over |M|; runs without a budget (full KV) as dashed horizontals.
+- accuracy vs budget: one line per (policy, kv) over |M|, with its 95% CI as a band where the frame has
+  ``ci_low``/``ci_high``; runs without a budget (full KV) as dashed horizontals.
 - KV memory vs frames streamed: ``cache_bytes`` from ``memory.jsonl`` for one video, one line per run, which shows
   full KV growing with the stream and a compressed cache held at its budget, FP16 above INT4.
 """
@@ -46,9 +47,13 @@ def plot_accuracy_vs_budget(frame: pd.DataFrame, benchmark: str, score: str) -> 
         ax.set_prop_cycle(color=colormaps["tab20"].colors)
     for (policy, kv), series in data.groupby(["policy", "kv"], sort=True):
         label = f"{policy} ({kv})"
-        with_budget = series.dropna(subset=["budget_tokens"]).groupby("budget_tokens")["value"].mean()
+        columns = [c for c in ("value", "ci_low", "ci_high") if c in series]
+        with_budget = series.dropna(subset=["budget_tokens"]).groupby("budget_tokens")[columns].mean()
         if not with_budget.empty:
-            ax.plot(with_budget.index, with_budget.values, marker="o", label=label)
+            line, = ax.plot(with_budget.index, with_budget["value"].values, marker="o", label=label)
+            if "ci_low" in with_budget and with_budget["ci_low"].notna().all():
+                ax.fill_between(with_budget.index, with_budget["ci_low"], with_budget["ci_high"],
+                                color=line.get_color(), alpha=0.15, linewidth=0)
         for value in series[series["budget_tokens"].isna()]["value"].unique():
             ax.axhline(value, linestyle="--", linewidth=1, color="grey", label=label)
     if budgets:

@@ -2,7 +2,8 @@
 
 Marks: bold = best among comparable rows; † = published reference row; ‡ = from a partial run (a benchmark subset or
 an incomplete run); – = no value. ``show_n`` adds each cell's question count; ``show_stats`` adds a second table of
-paired differences against the baseline row.
+paired differences against the baseline row. A column marked ``paired`` is followed by two more in the main table:
+its question count and its paired difference against the baseline row with the 95% CI.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from infinipotv.results.tables import Cell, Row, Table
 DAGGER, DDAGGER, DASH = "†", "‡", "–"
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
                  "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", DASH: "--", DAGGER: r"$^\dagger$",
-                 DDAGGER: r"$^\ddagger$"}
+                 DDAGGER: r"$^\ddagger$", "Δ": r"$\Delta$"}
 
 
 def latex_escape(text: str) -> str:
@@ -82,6 +83,18 @@ class _Format:
             return rf"${_signed(s.diff, d)}$ {{\scriptsize ${ci}$, $p={s.p_value:.2g}$}}"
         return f"{_signed(s.diff, d)} {ci} p={s.p_value:.2g}"
 
+    def paired(self, row: Row, cell: Cell, column: ColumnSpec, baseline: str | None) -> list[str]:
+        """The count and the difference-with-CI cells that follow a ``paired`` column."""
+        n = self.text(DASH) if cell.n is None else f"{cell.n:,}"
+        if row.id == baseline and not cell.missing:
+            return [n, self.text("(baseline)")]
+        s = cell.stat
+        if s is None:
+            return [n, self.text(DASH)]
+        d = column.decimals
+        text = f"{_signed(s.diff, d)} [{_signed(s.ci_low, d)}, {_signed(s.ci_high, d)}]"
+        return [n, f"${text}$" if self.latex else text]
+
     def stub(self, row: Row) -> list[str]:
         cells = [self.text(s) for s in row.stub]
         if row.published:
@@ -93,7 +106,33 @@ def _grid(table: Table, fmt: _Format, show_n: bool, stats: bool) -> list[list[st
     if stats:
         rows = [r for r in table.rows if not r.published and r.id != table.baseline]
         return [fmt.stub(r) + [fmt.stat(c, col) for c, col in zip(r.cells, table.spec.columns)] for r in rows]
-    return [fmt.stub(r) + [fmt.cell(c, col, show_n) for c, col in zip(r.cells, table.spec.columns)] for r in table.rows]
+    grid = []
+    for row in table.rows:
+        line = fmt.stub(row)
+        for cell, column in zip(row.cells, table.spec.columns):
+            line.append(fmt.cell(cell, column, show_n))
+            if column.paired:
+                line += fmt.paired(row, cell, column, table.baseline)
+        grid.append(line)
+    return grid
+
+
+def _headers(table: Table, stats: bool, escape: Callable[[str], str]) -> list[str]:
+    """The column headers; the main table's ``paired`` columns add theirs."""
+    header = [escape(s) for s in table.spec.stub]
+    for column in table.spec.columns:
+        header.append(escape(_header(column)))
+        if column.paired and not stats:
+            header += [escape("n"), escape(f"Δ {column.label} (95% CI)")]
+    return header
+
+
+def _paired_note(table: Table) -> list[str]:
+    paired = [c.label for c in table.spec.columns if c.paired]
+    if not paired or not table.baseline:
+        return []
+    return [f"n = questions in the cell; Δ = the row minus {table.baseline} on the questions both answered, points, "
+            f"with its 95% bootstrap CI: a CI that excludes 0 is a significant difference."]
 
 
 def _markdown_grid(header: Sequence[str], body: Sequence[Sequence[str]], n_stub: int) -> list[str]:
@@ -112,13 +151,12 @@ def to_markdown(table: Table, show_n: bool = False, show_stats: bool = False) ->
     if table.frame is not None:
         header, body = _frame_grid(table.frame)
         return "\n".join(lines + _markdown_grid(header, body, 1) + [""] + table.footnotes + list(spec.notes)) + "\n"
-    header = list(spec.stub) + [_header(c) for c in spec.columns]
-    lines += _markdown_grid(header, _grid(table, fmt, show_n, False), len(spec.stub))
+    lines += _markdown_grid(_headers(table, False, str), _grid(table, fmt, show_n, False), len(spec.stub))
     show = show_stats and table.baseline is not None
     if show:
         lines += ["", f"**Paired difference vs {table.baseline}**", ""]
-        lines += _markdown_grid(header, _grid(table, fmt, False, True), len(spec.stub))
-    notes = _notes(table, show)
+        lines += _markdown_grid(_headers(table, True, str), _grid(table, fmt, False, True), len(spec.stub))
+    notes = _paired_note(table) + _notes(table, show)
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
@@ -129,21 +167,24 @@ def _latex_tabular(spec_cols: str, group_line: list[str], header: Sequence[str],
     return lines + [r"\bottomrule", r"\end{tabular}"]
 
 
-def _group_header(table: Table) -> list[str]:
-    """A \\multicolumn line over consecutive columns of one group, with \\cmidrule under each group."""
+def _group_header(table: Table, stats: bool) -> list[str]:
+    """A \\multicolumn line over consecutive columns of one group, with \\cmidrule under each group (a ``paired``
+    column spans three in the main table)."""
     columns, n_stub = table.spec.columns, len(table.spec.stub)
     if not any(c.group for c in columns):
         return []
-    cells, rules, j = [""] * n_stub, [], 0
+    widths = [3 if c.paired and not stats else 1 for c in columns]
+    cells, rules, j, first = [""] * n_stub, [], 0, n_stub + 1
     while j < len(columns):
         k = j
         while k + 1 < len(columns) and columns[k + 1].group == columns[j].group:
             k += 1
-        group = columns[j].group
-        cells.append(rf"\multicolumn{{{k - j + 1}}}{{c}}{{{latex_escape(group)}}}" if group else "")
-        cells.extend([""] * (k - j) if not group else [])
+        group, span = columns[j].group, sum(widths[j:k + 1])
+        cells.append(rf"\multicolumn{{{span}}}{{c}}{{{latex_escape(group)}}}" if group else "")
+        cells.extend([""] * (span - 1) if not group else [])
         if group:
-            rules.append(rf"\cmidrule(lr){{{n_stub + j + 1}-{n_stub + k + 1}}}")
+            rules.append(rf"\cmidrule(lr){{{first}-{first + span - 1}}}")
+        first += span
         j = k + 1
     return [" & ".join(cells) + r" \\", " ".join(rules)]
 
@@ -161,15 +202,16 @@ def to_latex(table: Table, show_n: bool = False, show_stats: bool = False) -> st
         lines += _latex_tabular("l" * len(header), [], [latex_escape(h) for h in header], body)
         notes = table.footnotes + list(spec.notes)
     else:
-        cols = "l" * len(spec.stub) + "r" * len(spec.columns)
-        header = [latex_escape(s) for s in spec.stub] + [latex_escape(c.label) for c in spec.columns]
-        group_line = _group_header(table)
-        lines += _latex_tabular(cols, group_line, header, _grid(table, fmt, show_n, False))
+        cols = "l" * len(spec.stub) + "".join("rrr" if c.paired else "r" for c in spec.columns)
+        lines += _latex_tabular(cols, _group_header(table, False), _headers(table, False, latex_escape),
+                                _grid(table, fmt, show_n, False))
         show = show_stats and table.baseline is not None
         if show:
+            stat_cols = "l" * len(spec.stub) + "r" * len(spec.columns)
             lines += [r"\par\medskip", rf"Paired difference vs {latex_escape(table.baseline)}\par\smallskip"]
-            lines += _latex_tabular(cols, group_line, header, _grid(table, fmt, False, True))
-        notes = _notes(table, show)
+            lines += _latex_tabular(stat_cols, _group_header(table, True), _headers(table, True, latex_escape),
+                                    _grid(table, fmt, False, True))
+        notes = _paired_note(table) + _notes(table, show)
     if notes:
         lines += [r"\par\smallskip", r"{\footnotesize " + r" \\ ".join(latex_escape(n) for n in notes) + "}"]
     return "\n".join(lines + [r"\end{table}"]) + "\n"

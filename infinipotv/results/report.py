@@ -20,8 +20,8 @@ from infinipotv.results.figures import plot_accuracy_vs_budget, plot_memory_trac
 from infinipotv.results.published import load_published
 from infinipotv.results.render import to_latex, to_markdown
 from infinipotv.results.spec import ExperimentSpec, FigureSpec, SpecError, parse_experiment
-from infinipotv.results.stats import N_BOOT, SEED
-from infinipotv.results.tables import Table, add_stats, build_table, find_row, table_frame
+from infinipotv.results.stats import N_BOOT, SEED, score_ci
+from infinipotv.results.tables import Table, add_stats, build_table, find_row, matches, table_frame
 
 FORMATS = ("md", "tex")
 
@@ -85,9 +85,13 @@ def _used_runs(tables: Sequence[Table]) -> list[Run]:
 
 def _draw(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], out: Path, notes: list[str]) -> list[Path]:
     """One figure's PNG + PDF; a figure the data cannot support becomes a note, not a failed report."""
+    if figure.where:
+        runs = [r for r in runs if matches(r.fields, figure.where)]
+        frame = frame[frame["run"].isin({r.id for r in runs})]
     try:
         if figure.kind == "accuracy_vs_budget":
-            fig = plot_accuracy_vs_budget(frame, figure.benchmark, figure.score)
+            fig = plot_accuracy_vs_budget(_with_ci(frame, runs, figure.benchmark, figure.score), figure.benchmark,
+                                          figure.score)
             stem = out / f"accuracy_vs_budget_{figure.benchmark}_{figure.score}"
         else:
             fig = plot_memory_trace([r for r in runs if figure.benchmark in (None, r.fields["benchmark"])])
@@ -96,6 +100,16 @@ def _draw(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], out: Pat
         notes.append(f"figure {figure.kind} {figure.benchmark or ''}: {err}")
         return []
     return save_figure(fig, stem)
+
+
+def _with_ci(frame: pd.DataFrame, runs: Sequence[Run], benchmark: str, score: str) -> pd.DataFrame:
+    """``frame`` with each run's own 95% CI on ``benchmark``/``score`` (``ci_low``, ``ci_high``; the bands)."""
+    cis = {r.id: score_ci(r, [score]).get(score) for r in runs if r.fields["benchmark"] == benchmark}
+    frame = frame.copy()
+    missing = (float("nan"), float("nan"))
+    frame["ci_low"] = [(cis.get(run) or missing)[0] for run in frame["run"]]
+    frame["ci_high"] = [(cis.get(run) or missing)[1] for run in frame["run"]]
+    return frame
 
 
 def _baseline_for(table: Table, baseline: str | None, notes: list[str]) -> str | None:

@@ -8,6 +8,8 @@ Shape (YAML, inside ``experiments/NAME.yaml``)::
       stub: [Method, KV, Budget] # headers of the descriptive columns
       columns:                   # one per score: benchmark + dotted path into metrics.json's scores
         - {benchmark: videomme, score: S, label: S, group: Video-MME, published: short}
+        - {benchmark: videomme, score: overall, label: All, paired: true}  # + its n and the difference vs the
+                                                                             # baseline row with its 95% CI
       rows:                      # explicit rows ...
         - {id: fp16, stub: [InfiniPot-V, FP16, 6K], match: {policy: tar_van_pool, kv: fp16, budget_tokens: 6000}}
         - {id: paper, stub: [InfiniPot-V, FP16, 6K], published: {source: int4_study_seed004, table: "..."}}
@@ -49,6 +51,7 @@ class ColumnSpec:
     published: str | None = None  # category in the published CSV; default: the last part of `score`
     decimals: int = 1
     better: str = "higher"
+    paired: bool = False  # also show, beside it, its question count and the paired difference vs the baseline row
 
     @property
     def published_category(self) -> str:
@@ -96,6 +99,7 @@ class FigureSpec:
     kind: str  # accuracy_vs_budget | memory_trace
     benchmark: str | None = None
     score: str | None = None
+    where: dict[str, Any] = field(default_factory=dict)  # only the runs matching these keys (as rows' `where`)
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 
 def _column(block: Mapping[str, Any], where: str) -> ColumnSpec:
-    _check_keys(block, {"benchmark", "score", "label", "group", "published", "decimals", "better"}, where)
+    _check_keys(block, {"benchmark", "score", "label", "group", "published", "decimals", "better", "paired"}, where)
     column = ColumnSpec(
         benchmark=str(_require(block, "benchmark", where)),
         score=str(_require(block, "score", where)),
@@ -131,6 +135,7 @@ def _column(block: Mapping[str, Any], where: str) -> ColumnSpec:
         published=block.get("published"),
         decimals=int(block.get("decimals", 1)),
         better=str(block.get("better", "higher")),
+        paired=bool(block.get("paired", False)),
     )
     if column.better not in ("higher", "lower"):
         raise SpecError(f"{where}: better must be 'higher' or 'lower', got {column.better!r}")
@@ -226,10 +231,10 @@ def parse_experiment(block: Any, where: str = "table") -> ExperimentSpec:
 
 
 def _figure(block: Mapping[str, Any], where: str) -> FigureSpec:
-    _check_keys(block, {"kind", "benchmark", "score"}, where)
+    _check_keys(block, {"kind", "benchmark", "score", "where"}, where)
     kind = str(_require(block, "kind", where))
     if kind not in ("accuracy_vs_budget", "memory_trace"):
         raise SpecError(f"{where}: kind must be accuracy_vs_budget or memory_trace, got {kind!r}")
     if kind == "accuracy_vs_budget" and not (block.get("benchmark") and block.get("score")):
         raise SpecError(f"{where}: accuracy_vs_budget needs `benchmark` and `score`")
-    return FigureSpec(kind, block.get("benchmark"), block.get("score"))
+    return FigureSpec(kind, block.get("benchmark"), block.get("score"), dict(block.get("where") or {}))

@@ -103,3 +103,15 @@ def paired_differences(
             float(weights @ delta), low, high, mcnemar_exact(better, worse), int(counted.sum()), better, worse
         )
     return out
+
+
+def score_ci(run: Run, paths: Sequence[str], n_boot: int = N_BOOT, seed: int = SEED) -> dict[str, tuple[float, float]]:
+    """A run's own 95% CI on each score path (points): the same stratified bootstrap over its questions."""
+    weights_by_path = score_weights(run.config["benchmark"], run.predictions)
+    correct = np.array([is_correct(r) for r in run.predictions], dtype=float)
+    out: dict[str, tuple[float, float]] = {}
+    for path in paths:
+        weights = weights_by_path.get(path)
+        if weights is not None and weights.any():
+            out[path] = bootstrap_ci(correct, weights, n_boot, seed)
+    return out

@@ -92,7 +92,7 @@ def _keyed_by_model(spec: TableSpec) -> bool:
     return all("model" in row.match for row in spec.rows if row.match is not None)
 
 
-def _matches(fields: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+def matches(fields: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     """Every wanted key equal (a list: any of its values)."""
     return all(
         any(same_value(fields.get(key), v) for v in (value if isinstance(value, list) else [value]))
@@ -195,7 +195,7 @@ def _explicit_rows(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame
                                 "add model/policy/kv/budget_tokens")
             rows.append(_published_row(spec, published, row_spec.id, row_spec.stub, found[0], where))
             continue
-        matched = [r for r in runs if _matches(r.fields, row_spec.match)]
+        matched = [r for r in runs if matches(r.fields, row_spec.match)]
         by_benchmark = _by_benchmark(matched, spec, experiment, where, notes)
         first = next(iter(by_benchmark.values()), None)
         rows.append(Row(row_spec.id, row_spec.stub, {**(first.fields if first else {}), **row_spec.match},
@@ -228,7 +228,7 @@ def _auto_rows(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, ex
     wanted = {"experiment": experiment, **auto.where} if experiment is not None else auto.where
     groups: dict[str, list[Run]] = {}
     for run in runs:
-        if run.fields["benchmark"] in benchmarks and _matches(run.fields, wanted):
+        if run.fields["benchmark"] in benchmarks and matches(run.fields, wanted):
             groups.setdefault("/".join(_display(k, run.fields.get(k), {}) for k in auto.by), []).append(run)
     rows = []
     for row_id, members in groups.items():
@@ -238,7 +238,7 @@ def _auto_rows(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, ex
     if spec.reference is not None:
         where = f"table {spec.name!r} reference"
         for fields in _published_rows(published, spec.reference, where):
-            if _matches(fields, {k: v for k, v in auto.where.items() if k in fields}):
+            if matches(fields, {k: v for k, v in auto.where.items() if k in fields}):
                 row_id = "ref:" + "/".join(_display(k, fields.get(k), {}) for k in auto.by)
                 stub = tuple(_render(t, fields, auto.names, where) for t in auto.stub)
                 rows.append(_published_row(spec, published, row_id, stub, fields, where))
@@ -250,7 +250,7 @@ def _apply_bold(spec: TableSpec, rows: Sequence[Row]) -> None:
         return
     groups: dict[tuple[str, ...], list[Row]] = {}
     for row in rows:
-        if not row.published and not (spec.bold_exclude and _matches(row.fields, spec.bold_exclude)):
+        if not row.published and not (spec.bold_exclude and matches(row.fields, spec.bold_exclude)):
             groups.setdefault(tuple(str(row.fields.get(k)) for k in spec.bold_by), []).append(row)
     for members in groups.values():
         for j, column in enumerate(spec.columns):
@@ -270,8 +270,8 @@ def _candidates(spec: TableSpec, runs: Sequence[Run], experiment: str | None) ->
     runs = [r for r in runs if r.fields["benchmark"] in benchmarks]
     if isinstance(spec.rows, AutoRows):
         wanted = {"experiment": experiment, **spec.rows.where} if experiment is not None else spec.rows.where
-        return [r for r in runs if _matches(r.fields, wanted)]
-    return [r for r in runs if any(_matches(r.fields, row.match) for row in spec.rows if row.match is not None)]
+        return [r for r in runs if matches(r.fields, wanted)]
+    return [r for r in runs if any(matches(r.fields, row.match) for row in spec.rows if row.match is not None)]
 
 
 def _check_models(table: Table, candidates: Sequence[Run]) -> None:

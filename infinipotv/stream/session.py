@@ -17,6 +17,8 @@ will have when their chunk is fed, so chunk boundaries (and so every compression
 
 from __future__ import annotations
 
+import re
+
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -288,8 +290,11 @@ class StreamingSession:
         )
 
     # -- questions ------------------------------------------------------------------------------------------------
-    def ask(self, prompt: str, max_new_tokens: int, frames: np.ndarray | None = None, fps: float | None = None) -> Answer:
+    def ask(self, prompt: str, max_new_tokens: int, frames: np.ndarray | None = None, fps: float | None = None,
+            stop: str | None = None) -> Answer:
         """Greedy answer on the current memory; the question and answer are removed from the cache afterwards.
+        Decoding ends at an end-of-sequence token, after ``max_new_tokens``, or once the text matches ``stop`` (a
+        regular expression).
 
         ``frames``: raw frames streamed since the last chunk boundary, up to the question's time (``fps`` their
         rate). They are encoded and prefilled with the question, transiently: the memory after the answer is the
@@ -302,13 +307,14 @@ class StreamingSession:
                                               self.video_start)
             if self.grid is not None and tail.grid != self.grid:
                 raise ValueError(f"frame grid changed within a video: {self.grid} then {tail.grid}")
-        answer = self._answer(self.cache, prompt, max_new_tokens, tail)
+        answer = self._answer(self.cache, prompt, max_new_tokens, tail, stop)
         if self.ref_cache is not None:
-            answer.reference = self._answer(self.ref_cache, prompt, max_new_tokens, tail)
+            answer.reference = self._answer(self.ref_cache, prompt, max_new_tokens, tail, stop)
         return answer
 
     @torch.inference_mode()
-    def _answer(self, cache: StreamCache, prompt: str, max_new_tokens: int, tail: VisionChunk | None) -> Answer:
+    def _answer(self, cache: StreamCache, prompt: str, max_new_tokens: int, tail: VisionChunk | None,
+                stop: str | None) -> Answer:
         a = self.adapter
         ids = a.question_ids(prompt)
         eos = a.eos_ids
@@ -325,7 +331,7 @@ class StreamingSession:
                 if token in eos:
                     break
                 out.append(token)
-                if len(out) == max_new_tokens:
+                if len(out) == max_new_tokens or (stop is not None and re.search(stop, a.decode(out))):
                     break
                 logits = a.forward(a.embed_text([token]), a.text_positions(position, 1), cache)[-1]
                 position += 1

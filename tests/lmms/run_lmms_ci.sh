@@ -13,4 +13,4 @@ PY="$VENV/bin/python"
 make --no-print-directory install-lmms PYTHON="$PYTHON" LMMS_VENV="$VENV"  # the documented install, reused while fresh
 
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-exec "$PY" -m pytest tests/lmms -m lmms
+exec "$PY" -m pytest -n 0 tests/lmms -m lmms  # one process: its fixtures run lmms-eval once per model

@@ -9,6 +9,7 @@ import pytest
 
 from infinipotv.data.scoring import is_correct
 from infinipotv.results import bootstrap_ci, mcnemar_exact, paired_differences
+from infinipotv.results.stats import score_ci
 from infinipotv.results.scoring import score_weights
 
 
@@ -77,3 +78,13 @@ def test_score_weights_reproduce_scores_and_counts(runs):
     assert weights["groups.multi_detail"] @ correct == pytest.approx(run.scores["groups"]["multi_detail"])
     assert run.question_counts["groups.multi_detail"] == 225 + 197
     assert weights["avg"].sum() == pytest.approx(100.0)
+
+
+def test_a_runs_own_ci_holds_its_score_and_narrows_with_questions(runs):
+    run = next(r for r in runs if r.fields["benchmark"] == "mlvu" and r.fields["policy"] == "full")
+    ci = score_ci(run, ["avg", "tasks.ego", "no.such.path"], n_boot=2000)
+    assert set(ci) == {"avg", "tasks.ego"}
+    assert ci["avg"][0] <= run.scores["avg"] <= ci["avg"][1]
+    assert ci["tasks.ego"][0] <= run.scores["tasks"]["ego"] <= ci["tasks.ego"][1]
+    # the whole benchmark (thousands of questions) is known more precisely than one task (346 of them)
+    assert ci["avg"][1] - ci["avg"][0] < ci["tasks.ego"][1] - ci["tasks.ego"][0]

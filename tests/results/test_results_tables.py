@@ -114,12 +114,50 @@ def test_latex_compiles(runs, published, int4_spec, tmp_path: Path):
     tables = [build_table(t, runs, published) for t in int4_spec.tables[:2]]
     for table in tables:
         add_stats(table, n_boot=200)
+    tables += paired_tables(runs, published, int4_spec)  # with group headers over the three-column paired cells
     body = "".join(to_latex(t, show_n=True, show_stats=True) for t in tables)
     document = "\\documentclass{article}\\usepackage{booktabs}\\begin{document}" + body + "\\end{document}"
     (tmp_path / "t.tex").write_text(document)
     done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:]
+
+
+def paired_tables(runs, published, int4_spec):
+    """The INT4 study's first two tables with their first column ``paired``, statistics added."""
+    tables = []
+    for spec in int4_spec.tables[:2]:
+        first = dataclasses.replace(spec.columns[0], paired=True)
+        table = build_table(dataclasses.replace(spec, columns=(first, *spec.columns[1:])), runs, published)
+        add_stats(table, n_boot=200)
+        tables.append(table)
+    return tables
+
+
+def test_paired_column_shows_count_and_difference_with_ci(runs, published, int4_spec):
+    table = paired_tables(runs, published, int4_spec)[0]
+    text = to_markdown(table)
+    header = next(line for line in text.splitlines() if line.startswith("| "))
+    label = table.spec.columns[0].label
+    assert f" {label} | n | Δ {label} (95% CI) |" in header
+    rows = markdown_rows(text)
+    checked = 0
+    for row in table.rows:
+        cells = rows[row.stub[0] + ("†" if row.published else "")]
+        n_cell, diff_cell = cells[len(row.stub) + 1], cells[len(row.stub) + 2]
+        cell = row.cells[0]
+        if row.id == table.baseline:
+            assert diff_cell == "(baseline)"
+        elif cell.stat is not None:
+            s = cell.stat
+            assert diff_cell == f"{s.diff:+.1f} [{s.ci_low:+.1f}, {s.ci_high:+.1f}]".replace("-0.0", "+0.0")
+            assert s.ci_low <= s.diff <= s.ci_high
+            checked += 1
+        else:
+            assert diff_cell == "–"
+        assert n_cell == ("–" if cell.n is None else f"{cell.n:,}")
+    assert checked, "no row had paired statistics"
+    assert "Δ = the row minus" in text
 
 
 GOOD = {"name": "t", "columns": [{"benchmark": "mlvu", "score": "avg"}],

@@ -58,6 +58,25 @@ def test_needles_sit_where_the_knobs_put_them_and_streaming_questions_come_after
         assert r["mode"] == "streaming" and start < hms_seconds(r["time_stamp"]) <= start + 0.2 * duration + 1
 
 
+def generated(tmp_path, **options) -> list[dict]:
+    b = bench(tmp_path, **options)
+    list(b.samples())
+    return json.loads(b.annotations.read_text())
+
+
+def test_needles_past_one_per_kind_ask_about_their_own_subject(tmp_path):
+    """Ten needles: each kind twice, the second time about its next subject; the first five ask what a video of five
+    needles asks (the same kinds in the same order, about the same subjects)."""
+    many = generated(tmp_path, n_videos=2, n_needles=10, needle_span=[0.05, 0.8])
+    five = generated(tmp_path, n_videos=2, n_needles=5, needle_span=[0.05, 0.8])
+    for video in ("symbolic_000", "symbolic_001"):
+        rows = [r for r in many if r["video_id"] == video]
+        kinds = [r["task_type"] for r in rows]
+        assert len(rows) == 10 and len({r["answer_prefix"] for r in rows}) == 10  # no two ask the same thing
+        assert kinds[5:] == kinds[:5] and len(set(kinds)) == 5
+        assert [r["answer_prefix"] for r in rows[:5]] == [r["answer_prefix"] for r in five if r["video_id"] == video]
+
+
 def test_the_mix_of_formats_and_modes_follows_the_knobs(tmp_path):
     rows = [q for s in bench(tmp_path, mc_fraction=0.0, streaming_fraction=0.0).samples() for q in s.questions]
     assert {q.categories["format"] for q in rows} == {"short_answer"}
@@ -69,7 +88,7 @@ def test_the_mix_of_formats_and_modes_follows_the_knobs(tmp_path):
 
 
 @pytest.mark.parametrize(("options", "needle"), [
-    ({"n_needles": 9}, "n_needles"),
+    ({"n_needles": 26}, "n_needles"),
     ({"distractor_similarity": 1.5}, "distractor_similarity"),
     ({"needle_span": [0.7, 0.2]}, "needle_span"),
     ({"needle_span": [0.2, 0.3], "needle_frames": 4}, "needle_span"),

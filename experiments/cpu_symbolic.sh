@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The CPU study of experiments/cpu_symbolic.yaml, whole: 32 runs in two lanes (one core each), then its tables.
+# Usage: bash experiments/cpu_symbolic.sh   (from the repository root, after `make install`; ~1 h on 2 cores)
+# Each lane is a sequence of Hydra sweeps; a killed study resumes where it stopped when run again (each sweep job
+# resumes its own run directory under results/runs/cpu_symbolic). Wall times go to results/runs/cpu_symbolic/study.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+export OMP_NUM_THREADS=1
+LOG=results/runs/cpu_symbolic/study.log
+mkdir -p "$(dirname "$LOG")"
+
+sweep() {  # one Hydra sweep of the study, timed
+  local start=$SECONDS
+  "$PY" run.py -m +experiment=cpu_symbolic "$@" >/dev/null
+  echo "$(date -u +%FT%TZ) $((SECONDS - start)) s: $*" >>"$LOG"
+}
+
+lane_a() {
+  sweep                                                                    # 12: 6 policies x |M| 144, 288 (FP16)
+  sweep compress=full compress.budget=null                                 # the full cache
+  sweep compress=full compress.budget=null benchmark.seed=1                # the full cache, seed 1
+}
+
+lane_b() {
+  sweep quant=int4 compress.budget=144                                     # 6: INT4 at equal tokens
+  sweep quant=int4 compress.budget=null compress.budget_mib=3.3921         # 6: INT4 at equal bytes
+  sweep compress.budget=144 benchmark.seed=1                               # 6: the 1/8 FP16 rows, seed 1
+}
+
+# Generate both seeds' videos first: the lanes would otherwise write the same folders at the same time.
+for seed in 0 1; do
+  "$PY" -m infinipotv.data.check +experiment=cpu_symbolic benchmark.seed=$seed >/dev/null
+done
+start=$SECONDS
+echo "$(date -u +%FT%TZ) study start at $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" >>"$LOG"
+lane_a & a=$!
+lane_b & b=$!
+wait $a && wait $b
+echo "$(date -u +%FT%TZ) study done: $((SECONDS - start)) s wall for the runs" >>"$LOG"
+"$PY" -m infinipotv.results cpu_symbolic --force
