@@ -145,14 +145,15 @@ def build_benchmark(cfg: RunConfig) -> Benchmark:
 @dataclass
 class Parts:
     adapter: ModelAdapter
-    policy: object
+    policy: compress.Policy
     make_store: Callable[[], KVStore]
     budget: int | None
     budget_bytes: int | None
     byte_cap: ByteCap | None  # set when the budget was given in bytes: held on the cache's measured bytes
 
     def session(self, c_ratio: float, reference: bool = False) -> StreamingSession:
-        """The streaming session these parts make (the one way the job and the lmms-eval plugin build it)."""
+        """The streaming session these parts make (the one way the job, the lmms-eval plugin and the benches build
+        it)."""
         return StreamingSession(self.adapter, self.policy, self.budget, c_ratio, self.make_store,
                                 reference=reference, byte_cap=self.byte_cap)
 
