@@ -18,6 +18,7 @@ from infinipotv.factory import as_run_config, validate
 from infinipotv.job import run_job, summary
 from infinipotv.models import MissingWeightsError
 from infinipotv.models.loading import check_weights
+from infinipotv.results.tracking import track_run
 from infinipotv.rundir import RunDirError
 
 register_configs()
@@ -30,7 +31,7 @@ def main(dcfg: DictConfig) -> dict:
         check_weights(cfg.model)  # the first thing a missing checkpoint should hear about
         validate(cfg)
         run_dir = Path(cfg.run_dir or HydraConfig.get().runtime.output_dir)
-        metrics = run_job(cfg, run_dir)
+        metrics = run_job(cfg, run_dir, finished=track_run)
     except (ConfigError, MissingWeightsError, RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -1,9 +1,11 @@
-"""What every benchmark script shares: models from conf/, a frame stream that costs no memory, streaming sessions,
-an honest peak-memory probe, timing, and writing results as JSON (then the report) under ``results/perf/``.
+"""What every benchmark script shares: models from conf/, a frame stream that costs no memory, streaming sessions
+built by the job's own factory, and writing results as JSON under ``results/perf/`` (``python -m bench.report``
+renders the report from them).
 
-The scripts measure the harness itself (the real session, stores and policies), never a copy of it: the only
-things built here are the inputs (frames generated chunk by chunk, so the process holds one chunk at a time and its
-memory reflects the cache, not the video) and the probes.
+The scripts measure the harness itself (the real session, stores and policies, built by
+:func:`infinipotv.factory.build_parts`; peaks from the session's own probe,
+:class:`~infinipotv.stream.trace.PeakMemory`), never a copy of it: the only things built here are the inputs (frames
+generated chunk by chunk, so the process holds one chunk at a time and its memory reflects the cache, not the video).
 """
 
 from __future__ import annotations
@@ -12,10 +14,7 @@ import argparse
 import json
 import os
 import platform
-import resource
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,12 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from infinipotv.compress import build
-from infinipotv.config import ModelConfig, QuantConfig
-from infinipotv.kv import make_store_factory
+from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConfig, RunConfig
+from infinipotv.factory import as_run_config, build_parts
+from infinipotv.kv import Storage, cache_bytes
 from infinipotv.models import ADAPTERS, ModelAdapter, glyphs
 from infinipotv.provenance import git_sha, now
-from infinipotv.stream.session import ByteCap, StreamingSession
+from infinipotv.stream.session import StreamingSession
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "perf"
@@ -74,14 +73,20 @@ def quant_config(name: str, **overrides: Any) -> QuantConfig:
 
 
 def session(adapter: ModelAdapter, policy: str, quant: QuantConfig, budget: int, c_ratio: float = PAPER_C_RATIO,
-            in_bytes: bool = False, **policy_kw: Any) -> StreamingSession:
-    """A streaming session as the job builds it; ``full`` gets no budget (it never evicts). ``in_bytes``: the
-    budget is held in bytes too, as with ``compress.budget_mib`` (the formula's bytes for ``budget`` tokens)."""
-    make_store, storage = make_store_factory(quant, adapter.dtype)
-    pol = build(policy, **policy_kw)
-    shape = (adapter.n_layers, adapter.n_kv_heads, adapter.head_dim)
-    cap = ByteCap.of(budget, c_ratio, len(adapter.prefix_ids()), shape, storage) if in_bytes and pol.evicts else None
-    return StreamingSession(adapter, pol, budget if pol.evicts else None, c_ratio, make_store, byte_cap=cap)
+            in_bytes: bool = False, chunk_frames: int = 1) -> StreamingSession:
+    """The streaming session the job builds (:func:`~infinipotv.factory.build_parts`, on the model already loaded)
+    for ``compress=POLICY compress.budget=BUDGET``; ``in_bytes``: ``compress.budget_mib`` instead, set to the
+    formula's bytes for ``budget`` tokens and the prefix (the factory converts it back to ``budget`` and holds the
+    cap). ``chunk_frames``: the frames per chunk, which the factory checks against the budget as the job's."""
+    budget_mib = None
+    if in_bytes:
+        shape = (adapter.n_layers, adapter.n_kv_heads, adapter.head_dim)
+        storage = Storage.from_config(quant, adapter.dtype)
+        budget_mib = cache_bytes(budget + len(adapter.prefix_ids()), *shape, storage) / 2**20
+    compress = CompressConfig(name=policy, budget=None if in_bytes else budget, budget_mib=budget_mib, c_ratio=c_ratio)
+    cfg = as_run_config(RunConfig(model=adapter.cfg, compress=compress, quant=quant,
+                                  eval=EvalConfig(chunk_frames=chunk_frames)))
+    return build_parts(cfg, adapter).session(c_ratio)
 
 
 @dataclass(frozen=True)
@@ -118,74 +123,6 @@ class FrameStream:
             yield chunk if self.glyph_patch else chunk + noise.integers(0, 6, size=chunk.shape, dtype=np.uint8)
 
 
-def raw_frames_for(tokens: int, tokens_per_frame: int, frames_per_step: int) -> int:
-    """Raw frames whose vision tokens reach ``tokens`` (rounded up to whole model frames)."""
-    return -(-tokens // tokens_per_frame) * frames_per_step
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@contextmanager
-def timed(device: torch.device, into: list[float]) -> Iterator[None]:
-    """Wall time of the block (device work included), appended to ``into``."""
-    sync(device)
-    t0 = time.perf_counter()
-    yield
-    sync(device)
-    into.append(time.perf_counter() - t0)
-
-
-class PeakProbe:
-    """Peak memory since :meth:`reset`: CUDA's allocator peak on GPU; on CPU the kernel's own resident-set high-water
-    mark (``VmHWM``, reset through ``/proc/self/clear_refs``), which sees the short peaks inside a forward or a
-    compression pass that sampling the RSS between steps would miss. Drop-in for the session's ``PeakMemory``."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.method = "cuda.max_memory_allocated" if device.type == "cuda" else self._cpu_method()
-        self.baseline = 0
-        self.reset()
-
-    @staticmethod
-    def _cpu_method() -> str:
-        try:
-            Path("/proc/self/clear_refs").write_text("5")
-            return "VmHWM"
-        except OSError:
-            return "ru_maxrss"  # never reset: a peak since process start (each configuration runs in its own process)
-
-    def reset(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self.baseline = int(torch.cuda.memory_allocated(self.device))
-        else:
-            if self.method == "VmHWM":
-                Path("/proc/self/clear_refs").write_text("5")
-            self.baseline = self.current()
-
-    def current(self) -> int:
-        if self.device.type == "cuda":
-            return int(torch.cuda.memory_allocated(self.device))
-        return _status_kib("VmRSS") * 1024
-
-    def read(self) -> int:
-        if self.device.type == "cuda":
-            return int(torch.cuda.max_memory_allocated(self.device))
-        if self.method == "VmHWM":
-            return _status_kib("VmHWM") * 1024
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}: peak memory needs Linux")
-
-
 def environment(device: torch.device) -> dict[str, Any]:
     """Where the numbers come from: they only compare within one file (one machine, one run)."""
     env = {
@@ -199,11 +136,9 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 
 def write_result(out: Path, name: str, data: dict[str, Any], smoke: bool, device: torch.device) -> Path:
-    """``out/NAME.json`` with the environment, then the report regenerated from every result in ``out``."""
-    from bench.report import render
-
+    """``out/NAME.json`` with the environment. The report is rendered from every result in ``out`` by its own
+    command (``python -m bench.report --out OUT``), not by each bench."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"
     path.write_text(json.dumps({"bench": name, "smoke": smoke, "environment": environment(device), **data}, indent=1))
-    render(out)
     return path

@@ -9,7 +9,8 @@ a background thread, resized to the model's input as they come) into a compresse
 Qwen2-VL under tar_van_pool, from the job's own :func:`~infinipotv.factory.build_parts`), then one question. For
 comparison the same videos are also streamed the way the job did before the frame source: the whole video decoded
 into one array first (``whole``). Each (mode, length) runs in its own process; the peak is the kernel's resident-set
-high-water mark, reset after the model is loaded and a warm-up stream ran.
+high-water mark, as the session's own probe reads it, reset when the measured stream starts (after the model is
+loaded and a warm-up stream ran).
 
 Reported: peak RSS and the decode/model overlap, the share of the stream's wall time the model waited for input
 (``wait_share``; for ``whole`` the up-front decode). The claim checked: with the frame source, peak RSS at 16x is
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from bench.common import CONF, ROOT, PeakProbe, parse, parser, write_result
+from bench.common import CONF, ROOT, parse, parser, write_result
 from infinipotv import job
 from infinipotv.config import RunConfig, register_configs
 from infinipotv.data import VideoSample
@@ -68,14 +69,17 @@ def frames(hw: tuple[int, int], n: int, scene_frames: int = 8, seed: int = 0) ->
 
 
 def stream(cfg: RunConfig, parts: Any, path: Path, mode: str) -> dict[str, Any]:
-    """Stream one video as the job does (``stream``) or after decoding it whole (``whole``), then one question."""
+    """Stream one video as the job does (``stream``) or after decoding it whole (``whole``), then one question.
+
+    The session starts first: its probe (:class:`~infinipotv.stream.trace.PeakMemory`, reset by ``start``) then
+    holds the peak RSS of everything after it, decoding included, and its baseline the RSS before."""
     session = parts.session(cfg.compress.c_ratio)
+    session.start(path.stem)
     chunk = cfg.eval.chunk_frames
     t0 = time.perf_counter()
     if mode == "stream":
         source = job.sample_frames(VideoSample(video_id=path.stem, path=path, questions=[]), cfg, parts.adapter)
         with source:
-            session.start(path.stem)
             for start in range(0, len(source), chunk):
                 session.feed(source.read(start, start + chunk), source.fps)
         n, wait = len(source), source.wait_seconds
@@ -83,7 +87,6 @@ def stream(cfg: RunConfig, parts: Any, path: Path, mode: str) -> dict[str, Any]:
         plan = FramePlan.rate(path, cfg.model.fps, cfg.model.max_frames)
         whole = np.stack(list(decode_planned(plan)))
         wait = time.perf_counter() - t0
-        session.start(path.stem)
         for start in range(0, len(whole), chunk):
             session.feed(whole[start:start + chunk], len(plan) / plan.info.duration_s)
         n = len(whole)
@@ -93,7 +96,9 @@ def stream(cfg: RunConfig, parts: Any, path: Path, mode: str) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     passes = sum(s.compress.passes for s in session.trace if s.compress)
     return {"frames": n, "wall_seconds": wall, "wait_seconds": wait, "wait_share": wait / wall, "passes": passes,
-            "peak_video_tokens": max(s.video_tokens for s in session.trace)}
+            "peak_video_tokens": max(s.video_tokens for s in session.trace),
+            "baseline_rss_bytes": session.peak.baseline, "peak_rss_bytes": session.peak.read(),
+            "peak_method": session.peak.method}
 
 
 def measure(sizes: dict[str, Any], mode: str, video: Path, warm_video: Path) -> dict[str, Any]:
@@ -101,11 +106,8 @@ def measure(sizes: dict[str, Any], mode: str, video: Path, warm_video: Path) -> 
     cfg = run_config(sizes)
     parts = build_parts(cfg)
     stream(cfg, parts, warm_video, mode)
-    probe = PeakProbe(torch.device("cpu"))
-    baseline = probe.current()
     result = stream(cfg, parts, video, mode)
-    return {**result, "mode": mode, "video": video.name, "video_bytes": video.stat().st_size,
-            "baseline_rss_bytes": baseline, "peak_rss_bytes": probe.read(), "peak_method": probe.method}
+    return {**result, "mode": mode, "video": video.name, "video_bytes": video.stat().st_size}
 
 
 def _in_subprocess(sizes: dict[str, Any], mode: str, video: Path, warm: Path, threads: int) -> dict[str, Any]:

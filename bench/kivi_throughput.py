@@ -30,11 +30,12 @@ from typing import Any, Callable
 
 import torch
 
-from bench.common import parse, parser, sync, write_result
+from bench.common import parse, parser, write_result
 from infinipotv.kv import StreamCache, native
 from infinipotv.kv.kivi import KiviStore
 from infinipotv.kv.quant import QuantizedTensor, dequantize, expand_key_params, expand_value_params, levels, quantize
 from infinipotv.kv.store import FullPrecisionStore
+from infinipotv.stream.trace import sync
 
 GROUP = 32
 COPY_FACTOR = 5.0  # issue 19: quantize and dequantize within 5x of a plain copy of the same tensor

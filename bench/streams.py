@@ -15,11 +15,12 @@ from typing import Any
 
 import torch
 
-from bench.common import PAPER_BUDGET, PAPER_C_RATIO, FrameStream, PeakProbe, quant_config, session, sync
+from bench.common import PAPER_BUDGET, PAPER_C_RATIO, FrameStream, quant_config, session
 from infinipotv.config import QuantConfig
 from infinipotv.kv.accounting import Layout, Storage, cache_bytes, layout_bytes
 from infinipotv.models import ModelAdapter
 from infinipotv.stream.session import StreamingSession
+from infinipotv.stream.trace import PeakMemory, sync
 
 QUESTION = "What happens in the video?\nA. a\nB. b\nC. c\nD. d\nAnswer with the option's letter."
 FPS = 2.0
@@ -67,11 +68,10 @@ def run_stream(
     budget, reached when the streamed tokens first reach it) the running peak and, with ``answer_tokens`` > 0, the
     time to the first answer token and to a whole answer of that many tokens. ``in_bytes``: the budget is also held
     in bytes (``compress.budget_mib``'s behaviour)."""
-    sess = session(adapter, policy, spec.quant(quant), spec.budget, spec.c_ratio, in_bytes=in_bytes)
+    sess = session(adapter, policy, spec.quant(quant), spec.budget, spec.c_ratio, in_bytes=in_bytes,
+                   chunk_frames=spec.chunk_frames)
     device = adapter.device
-    peak = PeakProbe(device)
-    if probe:
-        sess.peak = peak
+    peak = sess.peak  # the session's own probe: the trace's peaks and the checkpoints' are one measure
     storage = Storage.from_config(spec.quant(quant), adapter.dtype)
     shape = (adapter.n_layers, adapter.n_kv_heads, adapter.head_dim)
     before_pass = _bytes_before_each_pass(sess) if probe else {}
@@ -89,7 +89,7 @@ def run_stream(
         seconds = time.perf_counter() - t0
         trace = sess.trace[-1]
         steps.append({
-            "streamed_tokens": sess.vision_tokens, "video_tokens": trace.video_tokens,
+            "streamed_tokens": sess.video.vision_tokens, "video_tokens": trace.video_tokens,
             "total_tokens": trace.total_tokens, "cache_bytes": trace.cache_bytes,
             "cache_bytes_before_pass": before_pass.get(trace.step),
             "cache_bytes_by_part": trace.cache_bytes_by_part,
@@ -100,15 +100,15 @@ def run_stream(
             "compress_seconds": trace.compress.seconds if trace.compress else 0.0, "pass": trace.compress is not None,
             "passes": trace.compress.passes if trace.compress else 0,
         })
-        while pending and sess.vision_tokens >= pending[0] * spec.budget:
+        while pending and sess.video.vision_tokens >= pending[0] * spec.budget:
             marks.append(_checkpoint(sess, pending.pop(0), steps, peak, answer_tokens))
-        if sess.vision_tokens >= n_tokens:
+        if sess.video.vision_tokens >= n_tokens:
             break
-    cap = sess.byte_cap
+    cap = sess.schedule.byte_cap if sess.schedule else None
     return {
         "policy": policy, "quant": quant, "device": str(device), "budget": spec.budget, "c_ratio": spec.c_ratio,
         "budget_in": "bytes" if cap else "tokens", "byte_cap": cap.cap if cap else None,
-        "tokens_per_frame": sess.grid[0] * sess.grid[1], "prefix_tokens": sess.prefix_len,
+        "tokens_per_frame": sess.video.grid[0] * sess.video.grid[1], "prefix_tokens": sess.video.prefix_len,
         "peak_method": peak.method, "baseline_bytes": baseline, "steps": steps, "checkpoints": marks,
         "totals": totals(steps),
     }
@@ -118,7 +118,7 @@ def held_layout_bytes(sess: StreamingSession, head_dim: int) -> float:
     """The analytic bytes of what the stores hold now: their counts (tokens, window, live key groups, heads; read
     on the host) at their own widths, bookkeeping included. The measured bytes exceed it only by the stores'
     padding, where :func:`~infinipotv.kv.accounting.cache_bytes` also differs by thinned key groups and the window."""
-    stores = sess.cache.stores
+    stores = sess.video.cache.stores
     layout = sum((store.layout() for store in stores), Layout(0))
     return sum(layout_bytes(layout, head_dim, stores[0].storage()).values())
 
@@ -138,7 +138,7 @@ def _bytes_before_each_pass(sess: StreamingSession) -> dict[int, int]:
 
         def run(layer: int, *kv: torch.Tensor) -> None:
             if first:
-                before[step] += sum(sess.cache.stores[layer].nbytes().values())
+                before[step] += sum(sess.video.cache.stores[layer].nbytes().values())
             compress(layer, *kv)
 
         return run
@@ -147,11 +147,11 @@ def _bytes_before_each_pass(sess: StreamingSession) -> dict[int, int]:
     return before
 
 
-def _checkpoint(sess: StreamingSession, multiple: float, steps: list[dict[str, Any]], peak: PeakProbe,
+def _checkpoint(sess: StreamingSession, multiple: float, steps: list[dict[str, Any]], peak: PeakMemory,
                 answer_tokens: int) -> dict[str, Any]:
     """The running peaks at this point of the stream, then (optionally) a timed question on the memory."""
     mark = {
-        "multiple": multiple, "streamed_tokens": sess.vision_tokens, "video_tokens": sess.video_tokens,
+        "multiple": multiple, "streamed_tokens": sess.video.vision_tokens, "video_tokens": sess.video.video_tokens,
         "peak_bytes": peak.read(), "peak_cache_bytes": max(max_cache_bytes(s) for s in steps),
         "cache_bytes": steps[-1]["cache_bytes"], "analytic_bytes": steps[-1]["analytic_bytes"],
         "layout_bytes": steps[-1]["layout_bytes"],

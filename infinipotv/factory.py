@@ -16,8 +16,9 @@ from infinipotv.config import CompressConfig, ConfigError, RunConfig, policy_con
 from infinipotv.data import BENCHMARKS, Benchmark
 from infinipotv.kv import cache_bytes, make_store_factory, tokens_for_bytes
 from infinipotv.kv.store import KVStore
-from infinipotv.models import ADAPTERS, ModelAdapter
-from infinipotv.stream.session import ByteCap, StreamingSession
+from infinipotv.models import ADAPTERS, ModelAdapter, ModelError
+from infinipotv.stream.schedule import ByteCap
+from infinipotv.stream.session import StreamingSession
 
 QUANT_BITS = (2, 4, 8, 16)
 
@@ -106,7 +107,7 @@ def check_budget(cfg: RunConfig, policy: compress.Policy, budget: int, key: str)
     adapter_cls = ADAPTERS[cfg.model.family]
     c = cfg.compress
     n_keep = _checked(lambda: compress.compressed_size(budget, c.c_ratio), "compress")
-    per_frame = adapter_cls.max_tokens_per_frame(cfg.model)
+    per_frame = _checked(lambda: adapter_cls.max_tokens_per_frame(cfg.model), None, ModelError)
     chunk_tokens = cfg.eval.chunk_frames // adapter_cls.frames_per_step * per_frame
     if chunk_tokens >= budget - n_keep:
         raise ConfigError(
@@ -116,12 +117,13 @@ def check_budget(cfg: RunConfig, policy: compress.Policy, budget: int, key: str)
     _checked(lambda: policy.validate(n_keep, per_frame, budget + chunk_tokens), "compress")
 
 
-def _checked(fn, group: str, errors: type[Exception] | tuple[type[Exception], ...] = ValueError):
-    """Run a component's own check; its error becomes a ConfigError naming the config group."""
+def _checked(fn, group: str | None, errors: type[Exception] | tuple[type[Exception], ...] = ValueError):
+    """Run a component's own check; its error becomes a ConfigError naming the config group (``group`` None: the
+    component's message names its option already, as a :class:`ModelError`'s does)."""
     try:
         return fn()
     except errors as err:
-        raise ConfigError(f"{group}: {err}") from None
+        raise ConfigError(f"{group}: {err}" if group else str(err)) from None
 
 
 def build_policy(cfg: RunConfig) -> compress.Policy:
@@ -132,7 +134,8 @@ def build_policy(cfg: RunConfig) -> compress.Policy:
 
 
 def build_adapter(cfg: RunConfig) -> ModelAdapter:
-    return ADAPTERS[cfg.model.family].load(cfg.model)
+    """The model family's adapter, loaded from the ``model=`` config (which satisfies ``ModelSettings``)."""
+    return _checked(lambda: ADAPTERS[cfg.model.family].load(cfg.model), None, ModelError)
 
 
 def build_benchmark(cfg: RunConfig) -> Benchmark:
@@ -142,21 +145,24 @@ def build_benchmark(cfg: RunConfig) -> Benchmark:
 @dataclass
 class Parts:
     adapter: ModelAdapter
-    policy: object
+    policy: compress.Policy
     make_store: Callable[[], KVStore]
     budget: int | None
     budget_bytes: int | None
     byte_cap: ByteCap | None  # set when the budget was given in bytes: held on the cache's measured bytes
 
     def session(self, c_ratio: float, reference: bool = False) -> StreamingSession:
-        """The streaming session these parts make (the one way the job and the lmms-eval plugin build it)."""
+        """The streaming session these parts make (the one way the job, the lmms-eval plugin and the benches build
+        it)."""
         return StreamingSession(self.adapter, self.policy, self.budget, c_ratio, self.make_store,
                                 reference=reference, byte_cap=self.byte_cap)
 
 
-def build_parts(cfg: RunConfig) -> Parts:
-    """Load the model and build the policy and storage; a byte budget becomes |M| tokens for the chosen storage."""
-    adapter = build_adapter(cfg)
+def build_parts(cfg: RunConfig, adapter: ModelAdapter | None = None) -> Parts:
+    """Load the model and build the policy and storage; a byte budget becomes |M| tokens for the chosen storage.
+
+    ``adapter``: the model of ``cfg.model``, already loaded (a bench streams many configurations through one)."""
+    adapter = adapter or build_adapter(cfg)
     policy = build_policy(cfg)
     make_store, storage = make_store_factory(cfg.quant, adapter.dtype)
     if storage.quantized and adapter.head_dim % cfg.quant.group_size:

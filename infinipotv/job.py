@@ -28,7 +28,6 @@ from infinipotv.factory import Parts, as_run_config, build_benchmark, build_part
 from infinipotv.models.base import ModelAdapter, resize_frames
 from infinipotv.progress import Progress
 from infinipotv.provenance import now, provenance
-from infinipotv.results.tracking import Tracker
 from infinipotv.rundir import MEMORY, METRICS, PREDICTIONS, PROVENANCE, claim, read_jsonl
 from infinipotv.stream.session import Answer, StreamingSession
 
@@ -214,14 +213,19 @@ def _todo(run_dir: Path, samples: list[VideoSample], retry_errors: bool) -> set[
     return done
 
 
-def run_job(cfg: RunConfig, run_dir: Path) -> dict:
+def run_job(cfg: RunConfig, run_dir: Path, finished: Callable[[RunConfig, Path, dict], None] | None = None) -> dict:
     """Run (or resume) one evaluation into ``run_dir``; returns the metrics.
 
     The run directory is held for this job alone and must hold this configuration (:func:`infinipotv.rundir.claim`,
-    :class:`RunDirError` otherwise, before anything is written)."""
+    :class:`RunDirError` otherwise, before anything is written). ``finished(cfg, run_dir, metrics)`` runs once the
+    local files are written, while the directory is still held: run.py passes experiment tracking
+    (:func:`infinipotv.results.tracking.track_run`), so the job itself depends on nothing above it."""
     cfg = as_run_config(cfg)  # the policy parameters that run are the ones recorded
     with claim(run_dir, OmegaConf.to_yaml(OmegaConf.structured(cfg))):
-        return _run(cfg, run_dir)
+        metrics = _run(cfg, run_dir)
+        if finished is not None:
+            finished(cfg, run_dir, metrics)
+        return metrics
 
 
 def _run(cfg: RunConfig, run_dir: Path) -> dict:
@@ -266,9 +270,6 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
     (run_dir / METRICS).write_text(json.dumps(metrics, indent=2))
     prov["end"] = now()
     (run_dir / PROVENANCE).write_text(json.dumps(prov, indent=2))
-    with Tracker.open(cfg, run_dir) as tracker:  # after the local files: a tracking failure cannot lose them
-        tracker.log_metrics(metrics)
-        tracker.log_memory(read_jsonl(run_dir / MEMORY)[0])
     return metrics
 
 

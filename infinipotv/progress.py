@@ -44,7 +44,7 @@ class Progress:
         steps = session.trace[self._steps:]
         self._steps = len(session.trace)
         self.passes += sum(s.compress.passes for s in steps if s.compress)
-        self.frames = self._frames_before + session.frames_seen
+        self.frames = self._frames_before + session.video.frames_seen
         self._show()
 
     def answered(self, n: int = 1) -> None:

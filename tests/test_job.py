@@ -29,6 +29,13 @@ def test_missing_and_corrupt_videos_are_recorded_and_the_run_goes_on(tmp_path):
     assert metrics["n_errors"] == len(failed) and metrics["n_questions"] == len(records)
 
 
+def test_a_model_setting_that_cannot_work_is_one_config_line(tmp_path):
+    """models/ raises its own ModelError; the factory, at the edge, reports it as the config error run.py prints."""
+    out = run_py(*TINY, "model.dtype=float64", f"run_dir={tmp_path / 'run'}", timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "error: model.dtype='float64' is not supported; use one of ['bfloat16', 'float16', 'float32']" in out.stderr
+
+
 def test_composed_config_prints_with_every_group():
     out = run_py("model=qwen2vl", "compress=tar_van_pool", "quant=int4", "--cfg", "job", timeout=60)
     assert out.returncode == 0, out.stderr

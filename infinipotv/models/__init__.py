@@ -4,5 +4,7 @@ from infinipotv.models import llava_ov, qwen2vl, qwen25vl  # noqa: F401  (regist
 from infinipotv.models import symbolic  # noqa: F401  (registers the family)
 from infinipotv.models.base import ADAPTERS, ModelAdapter, VisionChunk, register_adapter
 from infinipotv.models.loading import MissingWeightsError
+from infinipotv.models.settings import ModelError, ModelSettings
 
-__all__ = ["ADAPTERS", "ModelAdapter", "VisionChunk", "register_adapter", "MissingWeightsError"]
+__all__ = ["ADAPTERS", "ModelAdapter", "ModelError", "ModelSettings", "VisionChunk", "register_adapter",
+           "MissingWeightsError"]

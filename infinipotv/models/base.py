@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
 
-from infinipotv.config import ModelConfig
+from infinipotv.models.settings import ModelSettings
 from infinipotv.registry import Registry
 
 
@@ -60,25 +60,26 @@ def resize_normalize(
 
 
 class ModelAdapter(ABC):
-    """One model family. Subclasses register with :func:`register_adapter` and are built from a ModelConfig."""
+    """One model family. Subclasses register with :func:`register_adapter` and are built from
+    :class:`~infinipotv.models.settings.ModelSettings` (the ``model=`` config)."""
 
     family: ClassVar[str]
     #: Raw frames merged into one model frame (Qwen's temporal patch: 2). The session feeds multiples of it.
     frames_per_step: ClassVar[int] = 1
 
-    def __init__(self, cfg: ModelConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, cfg: ModelSettings, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
         self.cfg = cfg
         self.model = model.eval()
         self.tokenizer = tokenizer
 
     @classmethod
     @abstractmethod
-    def load(cls, cfg: ModelConfig) -> "ModelAdapter":
+    def load(cls, cfg: ModelSettings) -> "ModelAdapter":
         """Build the adapter: a tiny seeded model or a local checkpoint (never a download)."""
 
     @classmethod
     @abstractmethod
-    def max_tokens_per_frame(cls, cfg: ModelConfig) -> int:
+    def max_tokens_per_frame(cls, cfg: ModelSettings) -> int:
         """Most vision tokens one model frame can produce under this config (validates chunk sizes at startup)."""
 
     # -- shape of the cache ---------------------------------------------------------------------------------------
@@ -153,7 +154,8 @@ class ModelAdapter(ABC):
         """The decoder that takes ``inputs_embeds``, ``position_ids`` and ``cache``."""
 
     @torch.inference_mode()
-    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: Cache, logits: bool = True) -> torch.Tensor | None:
+    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: Cache,
+                logits: bool = True) -> torch.Tensor | None:
         """Run ``embeds [N, hidden]`` at ``positions [R, N]`` on top of ``cache``; the last token's logits ``[1, V]``.
 
         ``logits=False`` (a prefill whose logits nobody reads) skips the vocabulary projection and returns None.

@@ -21,7 +21,7 @@ import torch
 from transformers import (AddedToken, AutoTokenizer, LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration,
                           PreTrainedTokenizerFast)
 
-from infinipotv.config import ConfigError, ModelConfig
+from infinipotv.models.settings import ModelError, ModelSettings
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter, resize_normalize
 from infinipotv.models.loading import load_pretrained
 from infinipotv.models.qwen2vl import SYSTEM_PROMPT, tiny_text_config
@@ -42,7 +42,7 @@ def llava_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def tiny_llava_ov_config(cfg: ModelConfig) -> LlavaOnevisionConfig:
+def tiny_llava_ov_config(cfg: ModelSettings) -> LlavaOnevisionConfig:
     """A LLaVA-OneVision small enough for CPU tests; its placeholder ids are the ones :func:`llava_tokenizer` gives."""
     o, tokenizer = cfg.options, llava_tokenizer()
     image_id, video_id = tokenizer.convert_tokens_to_ids(list(VISION_TOKENS))
@@ -69,16 +69,16 @@ class LlavaOnevisionAdapter(ModelAdapter):
     frames_per_step = 1
 
     @classmethod
-    def load(cls, cfg: ModelConfig) -> "LlavaOnevisionAdapter":
+    def load(cls, cfg: ModelSettings) -> "LlavaOnevisionAdapter":
         if not cfg.use_chat_template:
-            raise ConfigError("model.use_chat_template=false is not supported for model.family=llava_ov: the video "
+            raise ModelError("model.use_chat_template=false is not supported for model.family=llava_ov: the video "
                               "needs the user turn before it; keep model.use_chat_template=true")
         model, tokenizer = load_pretrained(cfg, LlavaOnevisionForConditionalGeneration, AutoTokenizer.from_pretrained,
                                            tiny_llava_ov_config, llava_tokenizer)
         return cls(cfg, model, tokenizer)
 
     @classmethod
-    def max_tokens_per_frame(cls, cfg: ModelConfig) -> int:
+    def max_tokens_per_frame(cls, cfg: ModelSettings) -> int:
         vision = {**(TINY_VISION if cfg.tiny else REAL_VISION), **cfg.options}
         return pooled_side(int(vision["image_size"]), int(vision["patch_size"])) ** 2
 

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from infinipotv.config import ConfigError, ModelConfig
+from infinipotv.models.settings import ModelError, ModelSettings
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -24,7 +24,7 @@ class MissingWeightsError(RuntimeError):
 
 def torch_dtype(name: str) -> torch.dtype:
     if name not in DTYPES:
-        raise ConfigError(f"model.dtype={name!r} is not supported; use one of {sorted(DTYPES)}")
+        raise ModelError(f"model.dtype={name!r} is not supported; use one of {sorted(DTYPES)}")
     return DTYPES[name]
 
 
@@ -51,20 +51,22 @@ def resolve_checkpoint(checkpoint: str) -> str:
     )
 
 
-def check_weights(cfg: ModelConfig) -> None:
+def check_weights(cfg: ModelSettings) -> None:
     """Fail in a second when a named checkpoint is not on this machine (tiny and built-in models need none)."""
     if not cfg.tiny and cfg.checkpoint:
         resolve_checkpoint(cfg.checkpoint)
 
 
 def load_pretrained(
-    cfg: ModelConfig,
+    cfg: ModelSettings,
     model_cls: type[PreTrainedModel],
     tokenizer_fn: Callable[[str], PreTrainedTokenizerBase],
-    tiny_config: Callable[[ModelConfig], PretrainedConfig],
+    tiny_config: Callable[[ModelSettings], PretrainedConfig],
     tiny_tokenizer: Callable[[], PreTrainedTokenizerBase],
+    checkpoint: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The model and tokenizer a ModelConfig names: a tiny seeded model, or a local checkpoint."""
+    """The model and tokenizer the settings name: a tiny seeded model, or a local checkpoint (``checkpoint``, where
+    the family supplies its own, else ``model.checkpoint``)."""
     dtype = torch_dtype(cfg.dtype)
     if cfg.tiny:
         torch.manual_seed(int(cfg.options.get("seed", 0)))
@@ -73,9 +75,10 @@ def load_pretrained(
         model = model_cls(config).to(dtype)
         tokenizer = tiny_tokenizer()
     else:
-        if not cfg.checkpoint:
-            raise ConfigError("model.checkpoint is empty: set a hub id or a local folder, or model.tiny=true")
-        source = resolve_checkpoint(cfg.checkpoint)
+        checkpoint = checkpoint or cfg.checkpoint
+        if not checkpoint:
+            raise ModelError("model.checkpoint is empty: set a hub id or a local folder, or model.tiny=true")
+        source = resolve_checkpoint(checkpoint)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         model = model_cls.from_pretrained(
             source, revision=cfg.revision, dtype=dtype, attn_implementation=cfg.attn_implementation,

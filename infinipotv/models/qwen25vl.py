@@ -16,12 +16,12 @@ from __future__ import annotations
 import torch
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-from infinipotv.config import ModelConfig
+from infinipotv.models.settings import ModelSettings
 from infinipotv.models.base import register_adapter
 from infinipotv.models.qwen2vl import Qwen2VLAdapter, tiny_text_config
 
 
-def tiny_qwen25vl_config(cfg: ModelConfig) -> Qwen2_5_VLConfig:
+def tiny_qwen25vl_config(cfg: ModelSettings) -> Qwen2_5_VLConfig:
     """A Qwen2.5-VL small enough for CPU tests: two vision blocks (one windowed, one full), windows of 2x2 merged
     tokens so that test frames span several windows, and the released models' 2 tokens per second."""
     o = cfg.options

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
-from infinipotv.config import ModelConfig
+from infinipotv.models.settings import ModelSettings
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter, resize_normalize
 from infinipotv.models.loading import load_pretrained
 from infinipotv.models.tokenizer import qwen2_tokenizer
@@ -49,7 +49,7 @@ def patchify(frames: torch.Tensor, patch: int, temporal: int, merge: int) -> tup
     return x.reshape(gt * gh * gw, c * temporal * patch * patch), (gt, gh, gw)
 
 
-def tiny_text_config(cfg: ModelConfig, mrope: bool = True) -> dict:
+def tiny_text_config(cfg: ModelSettings, mrope: bool = True) -> dict:
     """A Qwen2 language model small enough for CPU tests, with the real vocabulary size (shared by the families)."""
     o = cfg.options
     hidden, heads = int(o.get("hidden_size", 64)), int(o.get("num_heads", 4))
@@ -64,7 +64,7 @@ def tiny_text_config(cfg: ModelConfig, mrope: bool = True) -> dict:
     )
 
 
-def tiny_qwen2vl_config(cfg: ModelConfig) -> Qwen2VLConfig:
+def tiny_qwen2vl_config(cfg: ModelSettings) -> Qwen2VLConfig:
     """A Qwen2-VL small enough for CPU tests, with the real vocabulary and special-token ids."""
     return Qwen2VLConfig(
         text_config=tiny_text_config(cfg),
@@ -81,14 +81,15 @@ class Qwen2VLAdapter(ModelAdapter):
     model_cls = Qwen2VLForConditionalGeneration
 
     @classmethod
-    def load(cls, cfg: ModelConfig) -> "Qwen2VLAdapter":
-        model, tokenizer = load_pretrained(cfg, cls.model_cls, AutoTokenizer.from_pretrained, cls.tiny_config, qwen2_tokenizer)
+    def load(cls, cfg: ModelSettings) -> "Qwen2VLAdapter":
+        model, tokenizer = load_pretrained(cfg, cls.model_cls, AutoTokenizer.from_pretrained, cls.tiny_config,
+                                           qwen2_tokenizer)
         return cls(cfg, model, tokenizer)
 
     tiny_config = staticmethod(tiny_qwen2vl_config)
 
     @classmethod
-    def max_tokens_per_frame(cls, cfg: ModelConfig) -> int:
+    def max_tokens_per_frame(cls, cfg: ModelSettings) -> int:
         """Upper bound of vision tokens per model frame: smart resize keeps the area under max_pixels (28x28 each)."""
         return max(1, cfg.max_pixels // (28 * 28))
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -30,7 +29,7 @@ import numpy as np
 import torch
 from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM, PretrainedConfig, PreTrainedTokenizerBase
 
-from infinipotv.config import ConfigError, ModelConfig
+from infinipotv.models.settings import ModelError, ModelSettings
 from infinipotv.models import glyphs
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter
 from infinipotv.models.loading import MissingWeightsError, load_pretrained
@@ -118,11 +117,11 @@ def smollm2_tokenizer() -> PreTrainedTokenizerBase:
 
 
 def _no_tiny(*_args) -> None:
-    raise ConfigError("model.tiny=true is not supported for model.family=symbolic: it runs the real SmolLM2-135M "
+    raise ModelError("model.tiny=true is not supported for model.family=symbolic: it runs the real SmolLM2-135M "
                       "(fast on a CPU); set model.tiny=false")
 
 
-def patch_size(cfg: ModelConfig) -> int:
+def patch_size(cfg: ModelSettings) -> int:
     """Pixels per glyph side (``model.options.patch``)."""
     return int(cfg.options.get("patch", glyphs.DEFAULT_PATCH))
 
@@ -130,12 +129,12 @@ def patch_size(cfg: ModelConfig) -> int:
 POSITIONS = ("sequential", "diagonal")
 
 
-def position_layout(cfg: ModelConfig) -> str:
+def position_layout(cfg: ModelSettings) -> str:
     """``model.options.positions``: ``sequential`` (frame t, token s -> start + t * p + s) or ``diagonal``
     (start + t + s)."""
     layout = str(cfg.options.get("positions", "sequential"))
     if layout not in POSITIONS:
-        raise ConfigError(f"model.options.positions={layout!r} is not one of {', '.join(POSITIONS)}")
+        raise ModelError(f"model.options.positions={layout!r} is not one of {', '.join(POSITIONS)}")
     return layout
 
 
@@ -146,22 +145,22 @@ class SymbolicAdapter(ModelAdapter):
     family = "symbolic"
     frames_per_step = 1
 
-    def __init__(self, cfg: ModelConfig, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, cfg: ModelSettings, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase) -> None:
         super().__init__(cfg, model, tokenizer)
         self.patch = patch_size(cfg)
         self.positions = position_layout(cfg)
 
     @classmethod
-    def load(cls, cfg: ModelConfig) -> "SymbolicAdapter":
+    def load(cls, cfg: ModelSettings) -> "SymbolicAdapter":
         if cfg.tiny:
             _no_tiny()
         checkpoint = cfg.checkpoint or str(smollm2_checkpoint())
-        model, tokenizer = load_pretrained(replace(cfg, checkpoint=checkpoint), LlamaForCausalLM,
-                                           AutoTokenizer.from_pretrained, _no_tiny, _no_tiny)
+        model, tokenizer = load_pretrained(cfg, LlamaForCausalLM, AutoTokenizer.from_pretrained, _no_tiny, _no_tiny,
+                                           checkpoint=checkpoint)
         return cls(cfg, model, tokenizer)
 
     @classmethod
-    def max_tokens_per_frame(cls, cfg: ModelConfig) -> int:
+    def max_tokens_per_frame(cls, cfg: ModelSettings) -> int:
         """One token per glyph: a frame of at most ``max_pixels`` pixels holds ``max_pixels // patch**2``."""
         return max(1, cfg.max_pixels // patch_size(cfg) ** 2)
 

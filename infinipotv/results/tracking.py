@@ -21,6 +21,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from infinipotv.results.scoring import flatten_scores
+from infinipotv.rundir import MEMORY, read_jsonl
 
 DEFAULT_PROJECT = "infinipotv"
 
@@ -144,3 +145,12 @@ class Tracker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def track_run(cfg: Any, run_dir: Path, metrics: dict[str, Any]) -> None:
+    """Track a finished run (``cfg.tracking``): its metrics and memory trace. run.py hands it to
+    :func:`infinipotv.job.run_job`, which calls it once the local files are written, so a tracking failure cannot
+    lose them."""
+    with Tracker.open(cfg, run_dir) as tracker:
+        tracker.log_metrics(metrics)
+        tracker.log_memory(read_jsonl(run_dir / MEMORY)[0])

@@ -1,11 +1,18 @@
-"""The memory trace: one record per streaming step, as data (written to ``memory.jsonl`` by the job)."""
+"""The memory trace: one record per streaming step, as data (written to ``memory.jsonl`` by the job), and the
+probes that fill it: the time of the compression passes and the peak memory."""
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
 
 import psutil
 import torch
+
+from infinipotv.kv.cache import StreamCache
 
 
 @dataclass
@@ -37,21 +44,112 @@ class TraceStep:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def of(cls, cache: StreamCache, *, video_id: str, step: int, frames_seen: int, prefix_tokens: int,
+           peak_memory_bytes: int, encode_seconds: float, compress: CompressRecord | None) -> "TraceStep":
+        """The step's record, with the token counts and bytes read from the ``cache`` as it is now."""
+        by_layer = cache.nbytes_by_layer()
+        parts = cache.nbytes(by_layer)
+        total = cache.committed_length()
+        return cls(
+            video_id=video_id, step=step, frames_seen=frames_seen, prefix_tokens=prefix_tokens,
+            video_tokens=total - prefix_tokens, total_tokens=total, cache_bytes=sum(parts.values()),
+            cache_bytes_by_part=parts, layer_bytes=cache.layer_nbytes(by_layer), peak_memory_bytes=peak_memory_bytes,
+            encode_seconds=encode_seconds, compress=compress,
+        )
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a wall-clock time includes it (a no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class PassClock:
+    """Compression time within one step (synchronised on a GPU around each timed call) and the passes made."""
+
+    device: torch.device
+    seconds: float = 0.0
+    passes: int = 0
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        sync(self.device)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            sync(self.device)
+            self.seconds += time.perf_counter() - t0
+
+    def timing(self, fn: Callable[..., None]) -> Callable[..., None]:
+        """``fn`` timed on every call (each layer of a pass made during the forward)."""
+        def timed_fn(*args: object) -> None:
+            with self.timed():
+                fn(*args)
+
+        return timed_fn
+
+    def record(self, tokens_before: int, tokens_after: int) -> CompressRecord | None:
+        """The step's compression record, or None when it made no pass."""
+        if not self.passes:
+            return None
+        return CompressRecord(tokens_before=tokens_before, tokens_after=tokens_after, seconds=self.seconds,
+                              passes=self.passes)
+
 
 class PeakMemory:
-    """Peak device memory since reset: CUDA's allocator statistics on GPU, the process RSS seen at each step on CPU."""
+    """Peak memory since :meth:`reset`, the one probe of the session's trace and of the benches.
+
+    On a GPU: CUDA's allocator peak. On a CPU: the kernel's resident-set high-water mark (``VmHWM``, reset through
+    ``/proc/self/clear_refs``), which sees the short peaks inside a forward or a compression pass that sampling the
+    RSS between steps would miss; where it cannot be reset (not Linux), the RSS sampled at each :meth:`read`.
+    ``method`` names which; ``baseline`` is the memory in use at the last reset."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self.method = "cuda.max_memory_allocated" if device.type == "cuda" else _cpu_method()
+        self.baseline = 0
+        self._rss_peak = 0
         self.reset()
 
     def reset(self) -> None:
-        self._rss_peak = 0
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
+        elif self.method == "VmHWM":
+            HWM_RESET.write_text("5")
+        self._rss_peak = 0
+        self.baseline = self.current()
+
+    def current(self) -> int:
+        """Memory in use now: allocated CUDA memory, or the process RSS."""
+        if self.device.type == "cuda":
+            return int(torch.cuda.memory_allocated(self.device))
+        return psutil.Process().memory_info().rss
 
     def read(self) -> int:
         if self.device.type == "cuda":
             return int(torch.cuda.max_memory_allocated(self.device))
-        self._rss_peak = max(self._rss_peak, psutil.Process().memory_info().rss)
+        if self.method == "VmHWM":
+            return _status_kib("VmHWM") * 1024
+        self._rss_peak = max(self._rss_peak, self.current())
         return self._rss_peak
+
+
+HWM_RESET = Path("/proc/self/clear_refs")  # writing "5" resets the process's VmHWM to its current RSS (Linux)
+
+
+def _cpu_method() -> str:
+    try:
+        HWM_RESET.write_text("5")
+        return "VmHWM"
+    except OSError:
+        return "rss_sampled"
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")

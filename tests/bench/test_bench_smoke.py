@@ -1,5 +1,5 @@
-"""Every bench script runs end to end at tiny sizes (``--smoke``) and leaves its JSON and the report: the scripts
-cannot rot. Performance itself is never asserted here; the benches measure it side by side in one run."""
+"""Every bench script runs end to end at tiny sizes (``--smoke``) and leaves its JSON, from which the report renders:
+the scripts cannot rot. Performance itself is never asserted here; the benches measure it side by side in one run."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from bench.report import SECTIONS, render
 
 SCRIPTS = ("kivi_throughput", "memory", "overhead", "ttft", "encode_counts", "gpu_table_a4", "host_memory", "default_run")
 
@@ -27,7 +29,8 @@ def test_bench_script_runs_in_smoke_mode(name: str, tmp_path: Path) -> None:
     module.main(["--smoke", "--threads", "1", "--out", str(tmp_path)])
     result = json.loads((tmp_path / f"{name}.json").read_text())
     assert result["bench"] == name and result["smoke"] is True
-    report = (tmp_path / "report.md").read_text()
+    assert not (tmp_path / "report.md").exists(), "a bench writes its JSON only; bench.report renders the report"
+    report = render(tmp_path).read_text()
     assert "Smoke run" in report and "Not run yet" in report  # this section filled, the others pending
     for figure in (line.split("](")[1].rstrip(")") for line in report.splitlines() if line.startswith("![")):
         assert (tmp_path / figure).stat().st_size > 0
@@ -46,8 +49,6 @@ def test_memory_smoke_checks_the_claims_on_its_data(tmp_path: Path) -> None:
 
 
 def test_report_renders_with_no_results(tmp_path: Path) -> None:
-    from bench.report import SECTIONS, render
-
     text = render(tmp_path).read_text()
     assert text.count("Not run yet") == len(SECTIONS)
 
@@ -75,4 +76,4 @@ def test_gpu_table_a4_smoke_checks_the_gpu_claims_and_profiles(tmp_path: Path) -
     assert all(isinstance(c["holds"], bool) for c in data["claims"])
     rows = data["profile"]["rows"]
     assert 0 < len(rows) <= 15 and all(r["self_ms"] >= 0 for r in rows)
-    assert "Where the time goes" in (tmp_path / "report.md").read_text()
+    assert "Where the time goes" in render(tmp_path).read_text()

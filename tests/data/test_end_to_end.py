@@ -42,7 +42,7 @@ def test_streaming_questions_are_answered_before_later_frames(tmp_path: Path, mo
     ask = StreamingSession.ask
 
     def spy(self, prompt, max_new_tokens):
-        seen.append((prompt, self.frames_seen, self._fps))
+        seen.append((prompt, self.video.frames_seen, self.video.fps))
         return ask(self, prompt, max_new_tokens)
 
     monkeypatch.setattr(StreamingSession, "ask", spy)
@@ -79,3 +79,18 @@ def test_a_video_that_breaks_mid_stream_keeps_the_answers_before_the_break(tmp_p
     for r in records:  # chunks of 2 frames at 2 fps: the third holds the frames at 2.0 and 2.5 s
         assert (r["error"] is not None) == (r["time_s"] >= 2.0), r
     assert all("third chunk" in r["error"] for r in records if r["error"])
+
+
+def test_the_caller_hears_of_the_finished_run(tmp_path: Path) -> None:
+    """run_job hands the finished run to the caller's hook (run.py passes experiment tracking) once its local files
+    are written: the job itself depends on nothing above it."""
+    bench = BUILDERS["videomme"](tmp_path / "data")
+    heard = []
+
+    def finished(cfg, run_dir: Path, metrics: dict) -> None:
+        heard.append((cfg.compress.name, run_dir, metrics, json.loads((run_dir / "metrics.json").read_text())))
+
+    metrics = run_job(run_config(bench), tmp_path / "run", finished=finished)
+    [(name, run_dir, got, saved)] = heard
+    assert name == "tar_van_pool" and run_dir == tmp_path / "run" and got is metrics
+    assert saved == json.loads(json.dumps(metrics))

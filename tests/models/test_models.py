@@ -7,6 +7,7 @@ by adding it to ``reference.FAMILIES`` and ``reference.TINY``.
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,10 +15,11 @@ import torch
 
 from infinipotv import compress
 from infinipotv.config import ConfigError
-from infinipotv.models import ADAPTERS
-from tests.helpers import run_py
+from infinipotv.factory import build_adapter
+from infinipotv.models import ADAPTERS, ModelError
 from infinipotv.stream.reference import (DEVICE, EMBED_ATOL, FAMILIES, LOGPROB_ATOL, PROMPT, full_prompt, is_qwen,
-                                    make_session, one_shot_logprobs, stream, tiny_adapter, tiny_config)
+                                         make_session, one_shot_logprobs, stream, tiny_adapter, tiny_config)
+from tests.helpers import run_py
 
 
 def test_every_family_is_registered_and_tested():
@@ -54,11 +56,11 @@ def test_chunked_vision_encoding_is_exact(adapter):
 
 def test_questions_leave_the_memory_unchanged(adapter, video):
     session = stream(adapter, video, 4)
-    before = [s.dequantized()[0].clone() for s in session.cache.stores]
+    before = [s.dequantized()[0].clone() for s in session.video.cache.stores]
     first = session.ask(PROMPT, max_new_tokens=3)
     session.ask("Another question?", max_new_tokens=3)
     again = session.ask(PROMPT, max_new_tokens=3)
-    assert all(torch.equal(b, s.dequantized()[0]) for b, s in zip(before, session.cache.stores))
+    assert all(torch.equal(b, s.dequantized()[0]) for b, s in zip(before, session.video.cache.stores))
     assert first.tokens == again.tokens and torch.equal(first.first_logprobs, again.first_logprobs)
 
 
@@ -69,12 +71,12 @@ def test_tar_van_pool_compresses_and_answers(adapter):
     per_frame = adapter.encode_frames(frames[:step], 0, 2.0, 0).tokens_per_frame
     policy = compress.build("tar_van_pool")
     session = make_session(adapter, policy, budget=6 * per_frame)
-    policy.validate(session.n_keep, per_frame, session.budget + per_frame)  # |M| plus one chunk
+    policy.validate(session.schedule.n_keep, per_frame, session.schedule.budget + per_frame)  # |M| plus one chunk
     stream(adapter, frames, step, session=session)
     passes = [s.compress for s in session.trace if s.compress]
-    assert len(passes) >= 2 and all(p.tokens_after == session.n_keep for p in passes)
-    assert max(s.video_tokens for s in session.trace) < session.budget
-    assert session.vision_tokens == len(frames) // step * per_frame  # frames only: LLaVA's newline is not memory
+    assert len(passes) >= 2 and all(p.tokens_after == session.schedule.n_keep for p in passes)
+    assert max(s.video_tokens for s in session.trace) < session.schedule.budget
+    assert session.video.vision_tokens == len(frames) // step * per_frame  # frames only: LLaVA's newline is not memory
     answer = session.ask(PROMPT, max_new_tokens=4)
     assert answer.tokens and torch.isfinite(answer.first_logprobs).all()
 
@@ -88,7 +90,8 @@ def test_qwen25vl_temporal_positions_are_seconds(fps):
     ours = torch.cat(spy, dim=1)
     _, _, reference = full_prompt(adapter, frames, fps)
     assert torch.equal(ours, reference)
-    temporal = ours[0, session.prefix_len:session.prefix_len + session.vision_tokens].unique() - session.video_start
+    v = session.video
+    temporal = ours[0, v.prefix_len:v.prefix_len + v.vision_tokens].unique() - v.video_start
     tokens_per_second = adapter.vision_config.tokens_per_second
     assert temporal.tolist() == [int(t * 2 / fps * tokens_per_second) for t in range(4)]
 
@@ -113,10 +116,15 @@ def test_hf_rope_index_agrees_on_vision_tokens(family, video):
 
 
 def test_llava_ov_refuses_a_prompt_without_its_template():
+    """The adapter raises its own error; the factory, at the edge, reports the same line as the config error that
+    run.py prints."""
     cfg = tiny_config("llava_ov")
     cfg.use_chat_template = False
-    with pytest.raises(ConfigError, match="use_chat_template"):
+    with pytest.raises(ModelError, match="use_chat_template") as raised:
         ADAPTERS["llava_ov"].load(cfg)
+    with pytest.raises(ConfigError) as reported:
+        build_adapter(SimpleNamespace(model=cfg))
+    assert str(reported.value) == str(raised.value)
 
 
 @pytest.mark.parametrize("model", ["qwen2vl", "qwen25vl", "llava_ov"])
@@ -184,7 +192,7 @@ def test_a_prefill_without_logits_leaves_the_same_cache_and_answers(adapter, vid
     a, b = with_logits.ask(PROMPT, max_new_tokens=4), without.ask(PROMPT, max_new_tokens=4)
     assert a.tokens == b.tokens and torch.equal(a.first_logprobs, b.first_logprobs)
     assert all(torch.equal(x.dequantized()[0], y.dequantized()[0])
-               for x, y in zip(with_logits.cache.stores, without.cache.stores))
-    with without.cache.transient():
-        assert adapter.forward(adapter.embed_text([1, 2]), adapter.text_positions(0, 2), without.cache,
+               for x, y in zip(with_logits.video.cache.stores, without.video.cache.stores))
+    with without.video.cache.transient():
+        assert adapter.forward(adapter.embed_text([1, 2]), adapter.text_positions(0, 2), without.video.cache,
                                logits=False) is None

@@ -36,7 +36,11 @@ def stream(adapter, policy, budget, frames, questions=(), make_store=lambda: Ful
     return session, answers
 
 
-@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v.values())))
+def variant_id(v: object) -> str:
+    return v if isinstance(v, str) else "-".join(map(str, v.values()))
+
+
+@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=variant_id)
 def test_policy_keeps_the_video_under_the_cap(tiny_qwen2vl, name, params):
     session, _ = stream(tiny_qwen2vl, build(name, **params), BUDGET, video())
     n_keep = compressed_size(BUDGET, C_RATIO)
@@ -49,8 +53,8 @@ def test_policy_keeps_the_video_under_the_cap(tiny_qwen2vl, name, params):
         if s.compress:
             assert s.compress.tokens_before >= BUDGET and s.compress.tokens_after == n_keep == s.video_tokens
         assert s.video_tokens < BUDGET or not build(name, **params).evicts
-    ids = session.cache.stores[0].token_ids()
-    assert ids.shape[1] == session.cache.committed_length()
+    ids = session.video.cache.stores[0].token_ids()
+    assert ids.shape[1] == session.video.cache.committed_length()
 
 
 @pytest.mark.parametrize("make_store", [lambda: FullPrecisionStore(torch.float32),
@@ -62,7 +66,7 @@ def test_memory_is_query_agnostic(tiny_qwen2vl, make_store):
                       make_store=make_store)
     reordered, _ = stream(tiny_qwen2vl, policy, BUDGET, video(), questions=("Count the scenes.", "What is shown?"),
                           make_store=make_store)
-    for a, b, c in zip(plain.cache.stores, asked.cache.stores, reordered.cache.stores):
+    for a, b, c in zip(plain.video.cache.stores, asked.video.cache.stores, reordered.video.cache.stores):
         for x, y, z in zip(a.dequantized(), b.dequantized(), c.dequantized()):
             assert torch.equal(x, y) and torch.equal(x, z)
         assert torch.equal(a.token_ids(), b.token_ids()) and torch.equal(a.token_ids(), c.token_ids())
@@ -74,7 +78,7 @@ def test_a_budget_larger_than_the_stream_equals_full(tiny_qwen2vl):
     big, big_answers = stream(tiny_qwen2vl, build("tar_van_pool"), 10_000, frames, questions=("What is shown?",))
     assert not any(s.compress for s in big.trace)
     assert big_answers == full_answers
-    for a, b in zip(full.cache.stores, big.cache.stores):
+    for a, b in zip(full.video.cache.stores, big.video.cache.stores):
         assert torch.equal(a.dequantized()[0], b.dequantized()[0])
 
 
@@ -105,9 +109,9 @@ def test_the_pass_made_during_the_forward_leaves_what_a_pass_after_it_would(tiny
     for i in range(0, len(frames), CHUNK):
         during.feed(frames[i:i + CHUNK], fps=2.0)
         after.feed(frames[i:i + CHUNK], fps=2.0)
-        if after.video_tokens >= BUDGET:
+        if after.video.video_tokens >= BUDGET:
             after._pass(n_keep)
-        for a, b in zip(during.cache.stores, after.cache.stores):
+        for a, b in zip(during.video.cache.stores, after.video.cache.stores):
             assert torch.equal(a.token_ids(), b.token_ids())
             assert all(torch.equal(x, y) for x, y in zip(a.dequantized(), b.dequantized()))
     assert sum(s.compress is not None for s in during.trace) >= 3

@@ -58,11 +58,11 @@ def test_positions_are_sequential_over_prefix_frames_and_question(symbolic):
 def test_questions_leave_the_memory_unchanged(symbolic):
     frames, _ = text_frames(symbolic, LINES)
     s = streamed(symbolic, frames, 2)
-    before = [store.dequantized()[0].clone() for store in s.cache.stores]
+    before = [store.dequantized()[0].clone() for store in s.video.cache.stores]
     first = s.ask(PROMPT, max_new_tokens=3)
     s.ask("Question: What colour is the bench?\nAnswer: In the garden the bench is", max_new_tokens=3)
     again = s.ask(PROMPT, max_new_tokens=3)
-    assert all(torch.equal(b, store.dequantized()[0]) for b, store in zip(before, s.cache.stores))
+    assert all(torch.equal(b, store.dequantized()[0]) for b, store in zip(before, s.video.cache.stores))
     assert first.tokens == again.tokens
 
 
@@ -70,10 +70,10 @@ def test_tar_van_pool_compresses_the_glyph_stream(symbolic):
     frames, _ = text_frames(symbolic, LINES * 3)
     policy = compress.build("tar_van_pool")
     s = session(symbolic, policy, budget=72)  # six frames of 12 tokens; one frame per chunk
-    policy.validate(s.n_keep, 12, s.budget + 12)
+    policy.validate(s.schedule.n_keep, 12, s.schedule.budget + 12)
     streamed(symbolic, frames, 1, s)
     passes = [t.compress for t in s.trace if t.compress]
-    assert len(passes) >= 3 and all(p.tokens_after == s.n_keep for p in passes)
+    assert len(passes) >= 3 and all(p.tokens_after == s.schedule.n_keep for p in passes)
     assert torch.isfinite(s.ask(PROMPT, max_new_tokens=3).first_logprobs).all()
 
 
