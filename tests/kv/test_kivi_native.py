@@ -89,7 +89,7 @@ def test_store_streams_equal_the_torch_path(dtype: torch.dtype, bits: int) -> No
                 if step % 2:
                     t = len(store)
                     store.keep(torch.rand(3, t, generator=gen).argsort(1)[:, : 3 * t // 4].sort(1).values)
-                seen.append(store.dequantized())
+                seen.append(store.read())
         stores[path] = (store, seen)
     (ours, ours_seen), (ref, ref_seen) = stores["native"], stores["torch"]
     assert len(set(ours.n_quantized.tolist())) > 1  # heads really ragged
