@@ -38,8 +38,9 @@ CHECK_DIMS = (8, 24, 64, 128, 136)  # head_dims the load check covers (4 accumul
 _p, _i64 = ctypes.c_void_p, ctypes.c_int64
 SIGNATURES = {
     "row_norms": [_p, _i64, _i64, _i64, _i64, _p],
-    "unit_dot": [_p, _i64, _i64, _i64, _i64, ctypes.c_float, _p, _i64, _p, _i64, _p],
+    "unit_dot": [_p, _i64, _i64, _i64, _i64, ctypes.c_float, _p, _i64, _p, _i64, _i64, _p],
 }
+ASCENDING_ERRORS = {1: "outside", 2: "repeated"}
 
 
 def torch_path() -> AbstractContextManager[None]:
@@ -67,6 +68,7 @@ def library() -> ctypes.CDLL | None:
             fn = getattr(lib, f"{name}_{dtype}")
             fn.argtypes, fn.restype = args, None
     lib.scores_max_head_dim.restype = ctypes.c_int64
+    lib.ascending_indices.argtypes, lib.ascending_indices.restype = [_p, _i64, _i64, _i64, _p, _p], ctypes.c_int64
     mismatch = _mismatch(lib)
     if mismatch:
         warnings.warn(f"compression scores: the kernels of {SOURCE.name} differ from PyTorch {torch.__version__} "
@@ -87,12 +89,16 @@ def applies(x: torch.Tensor) -> bool:
     return lib is not None and d <= lib.scores_max_head_dim()
 
 
-def _run(lib: ctypes.CDLL, name: str, x: torch.Tensor, *args: object) -> torch.Tensor:
+def _run(lib: ctypes.CDLL, name: str, x: torch.Tensor, *args: object, tokens: int | None = None) -> torch.Tensor:
+    """``[H, T]`` float32 out of kernel ``name`` over ``x`` ``[H, T, D]``; ``tokens``: only the first that many
+    tokens of each head are computed (the rest of out is 0)."""
     h, t, d = x.shape
+    n = t if tokens is None else tokens
     out = torch.empty(h, t, dtype=torch.float32)
+    out[:, n:] = 0
     kernel = getattr(lib, f"{name}_{DTYPES[x.dtype]}")
     with torch.profiler.record_function(f"scores::{name}"):
-        kernel(x.data_ptr(), h, t, d, x.stride(0), *args, out.data_ptr())
+        kernel(x.data_ptr(), h, n, d, x.stride(0), *args, out.data_ptr())
     return out
 
 
@@ -101,16 +107,35 @@ def row_norms(x: torch.Tensor) -> torch.Tensor:
     return _run(library(), "row_norms", x)
 
 
-def unit_dot(keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+def unit_dot(keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor, tokens: int | None = None
+             ) -> torch.Tensor:
     """``(unit * sums[h, slot]).sum(-1)``, ``[H, T]``, where ``unit = F.normalize(keys.float(), dim=-1, eps=eps)``
     computed as :func:`~infinipotv.compress.scores.unit_keys` does; ``slot`` ``[H, T]`` int64 (rows may be one row
     expanded over the heads), ``sums`` ``[H, P, D]`` float32. Bit for bit the products and sums of the PyTorch
-    path."""
-    return _unit_dot(library(), keys, eps, slot, sums)
+    path. ``tokens``: only each head's first that many are computed (the others are 0), e.g. when the rest is
+    overwritten anyway."""
+    return _unit_dot(library(), keys, eps, slot, sums, tokens)
 
 
-def _unit_dot(lib: ctypes.CDLL, keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor
-              ) -> torch.Tensor:
+def takes_indices(kept: torch.Tensor) -> bool:
+    """Whether :func:`ascending` takes ``kept`` (``[H, n]`` int64 on the CPU)."""
+    return kept.device.type == "cpu" and kept.dtype == torch.int64 and kept.dim() == 2 and library() is not None
+
+
+def ascending(kept: torch.Tensor, n_tokens: int) -> tuple[torch.Tensor, str]:
+    """``kept`` sorted per head, and '' or what is wrong with it: ``outside`` (an index not in ``[0, n_tokens)``)
+    or ``repeated`` (a head names a token twice)."""
+    heads, n = kept.shape
+    kept = kept.contiguous()
+    out = torch.empty_like(kept)
+    marks = torch.empty(n_tokens, dtype=torch.uint8)
+    with torch.profiler.record_function("scores::ascending"):
+        status = library().ascending_indices(kept.data_ptr(), heads, n, n_tokens, marks.data_ptr(), out.data_ptr())
+    return out, ASCENDING_ERRORS.get(status, "")
+
+
+def _unit_dot(lib: ctypes.CDLL, keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor,
+              tokens: int | None = None) -> torch.Tensor:
     h, t, _ = keys.shape
     slot = slot.to(torch.int64)
     if slot.stride(0) == 0:
@@ -118,7 +143,8 @@ def _unit_dot(lib: ctypes.CDLL, keys: torch.Tensor, eps: float, slot: torch.Tens
     else:
         rows, ss = slot.contiguous(), t
     sums = sums.to(torch.float32).contiguous()
-    return _run(lib, "unit_dot", keys, ctypes.c_float(eps), rows.data_ptr(), ss, sums.data_ptr(), sums.shape[1])
+    return _run(lib, "unit_dot", keys, ctypes.c_float(eps), rows.data_ptr(), ss, sums.data_ptr(), sums.shape[1],
+                t, tokens=tokens)
 
 
 def _mismatch(lib: ctypes.CDLL) -> str:
@@ -138,6 +164,8 @@ def _mismatch(lib: ctypes.CDLL) -> str:
             k = x.float()
             unit = k / k.norm(dim=-1, keepdim=True).clamp_min_(1e-9)
             want = (unit * sums.gather(1, slot.unsqueeze(-1).expand(-1, -1, d))).sum(-1)
-            if not torch.equal(_unit_dot(lib, x, 1e-9, slot, sums), want):
+            got = _unit_dot(lib, x, 1e-9, slot, sums)
+            part = _unit_dot(lib, x, 1e-9, slot, sums, tokens=50)
+            if not (torch.equal(got, want) and torch.equal(part[:, :50], want[:, :50]) and not part[:, 50:].any()):
                 return f"unit dot products, {dtype}, head_dim {d}"
     return ""

@@ -84,8 +84,9 @@ def tar_scores(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool = 
     sums = dense.view(heads, cells + 1, dim)[:, :cells].reshape(heads, r, p, dim).sum(1)
     counts = present.view(heads, cells + 1)[:, :cells].reshape(heads, r, p).sum(1)
     slot = coords.slot
-    if fused:
-        similarity = native.unit_dot(keys, KEY_EPS, slot, sums)
+    if fused:  # in the pseudo-frames view the recent tokens are the last ones: their scores are set below
+        past = n_tokens if coords.offset is None else max(0, oldest_recent * p - coords.offset)
+        similarity = native.unit_dot(keys, KEY_EPS, slot, sums, tokens=past)
     elif coords.offset is None:
         flat_slot = (slot + head_rows * p).reshape(-1)
         picked = sums.reshape(heads * p, dim).index_select(0, flat_slot).view(heads, n_tokens, dim)

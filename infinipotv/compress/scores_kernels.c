@@ -1,4 +1,5 @@
-/* The per-token reductions of a compression pass (scores.py) on the CPU, fused: one read of each key and value row.
+/* The per-token reductions of a compression pass (scores.py) on the CPU, fused: one read of each key and value row;
+ * and the ascending order of the kept indices (base.py).
  *
  * PyTorch computes TaR's similarity as five full passes over [H, T, D] float32 tensors (convert, norm, divide,
  * multiply, sum) and VaN's norm as two; on one thread each pass runs at memory speed. These kernels read a row
@@ -142,11 +143,12 @@ static inline void store8(float *out, int64_t count, __m256 s) {
             BY_DIM(dim, NORMS_##NAME);                                                                              \
         }                                                                                                           \
     }                                                                                                               \
-    /* out[h, t] = sum(x[h, t] / max(||x[h, t]||, eps) * sums[h, slot[h, t]]): the unit key's dot product with     \
-       its slot's sum of recent unit keys (sums [heads, slots, dim] float32; slot rows ss elements apart, 0 when   \
-       every head shares one) */                                                                                    \
+    /* out[h, t] = sum(x[h, t] / max(||x[h, t]||, eps) * sums[h, slot[h, t]]) for t < tokens: the unit key's dot \
+       product with its slot's sum of recent unit keys (sums [heads, slots, dim] float32; slot rows ss elements    \
+       apart, 0 when every head shares one; out rows os apart) */                                                   \
     void unit_dot_##NAME(const T *x, int64_t heads, int64_t tokens, int64_t dim, int64_t hs, float eps,           \
-                         const int64_t *slot, int64_t ss, const float *sums, int64_t slots, float *out) {           \
+                         const int64_t *slot, int64_t ss, const float *sums, int64_t slots, int64_t os,             \
+                         float *out) {                                                                              \
         for (int64_t h = 0; h < heads; h++) {                                                                       \
             BY_DIM(dim, DOTS_##NAME);                                                                               \
         }                                                                                                           \
@@ -156,14 +158,34 @@ static inline void store8(float *out, int64_t count, __m256 s) {
 #define NORMS_float16(n) norms_float16(x + h * hs, tokens, dim, n, out + h * tokens)
 #define NORMS_bfloat16(n) norms_bfloat16(x + h * hs, tokens, dim, n, out + h * tokens)
 #define DOTS_float32(n) dots_float32(x + h * hs, tokens, dim, n, eps, slot + h * ss, sums + h * slots * dim, \
-                                     out + h * tokens)
+                                     out + h * os)
 #define DOTS_float16(n) dots_float16(x + h * hs, tokens, dim, n, eps, slot + h * ss, sums + h * slots * dim, \
-                                     out + h * tokens)
+                                     out + h * os)
 #define DOTS_bfloat16(n) dots_bfloat16(x + h * hs, tokens, dim, n, eps, slot + h * ss, sums + h * slots * dim, \
-                                       out + h * tokens)
+                                       out + h * os)
 
 KERNELS(float32, float, ld_f32)
 KERNELS(float16, uint16_t, ld_f16)
 KERNELS(bfloat16, uint16_t, ld_bf16)
 
 int64_t scores_max_head_dim(void) { return MAXD; }
+
+/* out[h] = the indices kept[h] (n distinct indices in [0, tokens), any order) in ascending order: each marked in a
+   row of tokens flags, then read back in order (the only result a sort of distinct integers has). Returns 0, or 1
+   where an index lies outside [0, tokens), 2 where a head repeats one. marks: tokens bytes of scratch. */
+int64_t ascending_indices(const int64_t *kept, int64_t heads, int64_t n, int64_t tokens, uint8_t *marks,
+                          int64_t *out) {
+    for (int64_t h = 0; h < heads; h++) {
+        const int64_t *k = kept + h * n;
+        for (int64_t t = 0; t < tokens; t++) marks[t] = 0;
+        for (int64_t j = 0; j < n; j++) {
+            if (k[j] < 0 || k[j] >= tokens) return 1;
+            marks[k[j]] = 1;
+        }
+        int64_t *o = out + h * n, m = 0; /* at most n marks: n indices */
+        for (int64_t t = 0; t < tokens; t++)
+            if (marks[t]) o[m++] = t;
+        if (m != n) return 2;
+    }
+    return 0;
+}

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import math
 import warnings
+from contextlib import nullcontext
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from infinipotv.compress import FrameLayout, build, native
+from infinipotv.compress.base import ascending
 from infinipotv.compress.layout import FrameCoords, frame_coords
 from infinipotv.compress.pooling import KERNELS, pool
 from infinipotv.compress.scores import KEY_EPS, tar_scores, unit_keys, van_scores
@@ -142,3 +144,24 @@ def test_a_build_that_differs_from_pytorch_is_not_used(monkeypatch: pytest.Monke
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert native.library() is not None
+
+
+@pytest.mark.skipif(native.library() is None, reason="the score kernels cannot be built or differ from PyTorch here")
+def test_ascending_kernel_equals_the_torch_path() -> None:
+    """Sorted kept indices, and the same error for an index outside the region or a repeated one."""
+    gen = torch.Generator().manual_seed(0)
+    for n_tokens, n_keep in ((600, 450), (37, 1), (50, 50)):
+        kept = torch.rand(3, n_tokens, generator=gen).argsort(1)[:, :n_keep]
+        assert native.takes_indices(kept)
+        got = ascending(kept, n_tokens, "p")
+        with native.torch_path():
+            assert not native.takes_indices(kept)
+            assert torch.equal(got, ascending(kept, n_tokens, "p"))
+        assert torch.equal(got, kept.sort(1).values)
+    bad = {"outside": torch.tensor([[0, 5], [1, 2]]), "repeated": torch.tensor([[0, 1], [3, 3]]),
+           "negative": torch.tensor([[0, -1], [1, 2]])}
+    for name, kept in bad.items():
+        match = "a token twice" if name == "repeated" else r"indices outside \[0, 5\)"
+        for path in ("native", "torch"):
+            with native.torch_path() if path == "torch" else nullcontext(), pytest.raises(RuntimeError, match=match):
+                ascending(kept, 5, "p")
