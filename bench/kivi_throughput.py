@@ -162,9 +162,9 @@ def store_rows(keys: torch.Tensor, values: torch.Tensor, reps: int) -> list[dict
         evicted.keep(keep)
         ops = {
             "append": (filled, None),
-            "dequantized": (store.dequantized, None),
+            "dequantized": (store.read, None),
             "keep": (lambda s: s.keep(keep), filled),
-            "dequantized_after_keep": (evicted.dequantized, None),
+            "dequantized_after_keep": (evicted.read, None),
         }
         for op, (fn, setup) in ops.items():
             rows.append({"op": op, "impl": impl, **timings(fn, reps, keys.device, setup)})
