@@ -6,7 +6,7 @@ float32 tensors (conversion, norm, division, product, sum), each at memory speed
 at the paper's |M|. The kernels do the same operations in the same order (see the C source), so the kept indices
 do not change.
 
-Built like the KIVI codec (:func:`infinipotv.kv.native.compiled`: the system C compiler, AVX2 + F16C, the harness's
+Built like the KIVI codec (:func:`infinipotv.native.compiled`: the system C compiler, AVX2 + F16C, the harness's
 cache folder), and checked on every load against PyTorch on random rows of each dtype and of the head_dims in the
 check: a build whose results differ in one bit (another PyTorch whose reductions run in another order, another CPU)
 is not used, with one warning line. Where no build applies (GPU tensors, head_dim not a multiple of 8 or over the
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from infinipotv.kv import native as builder
+from infinipotv import native as builder
 
 SOURCE = Path(__file__).with_name("scores_kernels.c")
 FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-mavx2", "-mf16c"]

@@ -18,9 +18,10 @@ int4 cache in padding) and the full-precision window (heads differ by up to G - 
 further passes, at 4 * D bytes a token). The codes, value scale/zero and survivor counts are one padded tensor
 ``[H, max over heads, ...]`` each (heads hold nearly the same number of quantized tokens; a count is 2 bytes). A
 head's rows in a flat part start at the sum of the heads' lengths before it; all operations are vectorised over
-heads. Per head, quantized tokens always precede residual tokens in stream order (a flush moves the oldest residual
-tokens; eviction preserves order), so the stream order of a head is its quantized part followed by its residual
-part.
+heads; the index arithmetic of both layouts, and the per-head lengths kept on the device and the host together, are
+:mod:`infinipotv.kv.ragged`. Per head, quantized tokens always precede residual tokens in stream order (a flush
+moves the oldest residual tokens; eviction preserves order), so the stream order of a head is its quantized part
+followed by its residual part.
 """
 
 from __future__ import annotations

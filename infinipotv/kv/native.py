@@ -19,21 +19,17 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
-import platform
-import shutil
 import subprocess
 import sys
-import tempfile
 import warnings
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable
 
 import torch
+
+from infinipotv import native as builder
 
 SOURCE = Path(__file__).with_name("kivi_codec.c")
 FLAGS = ("-O3", "-funroll-loops", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC")
@@ -52,50 +48,8 @@ SIGNATURES = {
 }
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (x86-64 Linux; empty elsewhere: no build applies)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return set()
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    return set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
-
-
-def _build(compiler: str, source: Path, flags: list[str], target: Path) -> None:
-    """Compile into a temporary file next to ``target``, then rename it: concurrent first uses never load half a
-    file."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
-        partial = Path(tmp.name)
-    try:
-        subprocess.run([compiler, *flags, str(source), "-o", str(partial)], check=True, capture_output=True,
-                       text=True, timeout=120)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
-
-
-def compiled(compiler: str, source: Path, flags: list[str]) -> ctypes.CDLL:
-    """``source`` built with ``flags`` into the harness's cache folder (once per machine: keyed by the source, the
-    compiler and the flags) and loaded. Raises OSError or SubprocessError where it cannot be built."""
-    from infinipotv.models.tokenizer import cache_dir
-
-    key = hashlib.sha256(source.read_bytes() + " ".join((compiler, *flags)).encode()).hexdigest()[:16]
-    target = cache_dir() / f"{source.stem}_{key}.so"
-    if not target.exists():
-        _build(compiler, source, flags, target)
-    return ctypes.CDLL(str(target))
-
-
-def compiler() -> str | None:
-    """The system C compiler: ``$CC``, else ``cc`` or ``gcc`` on the PATH."""
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-
-
 def _load(compiler: str, lanes: int, machine_flags: tuple[str, ...]) -> ctypes.CDLL:
-    lib = compiled(compiler, SOURCE, [*FLAGS, *machine_flags, f"-DLANES={lanes}"])
+    lib = builder.compiled(compiler, SOURCE, [*FLAGS, *machine_flags, f"-DLANES={lanes}"])
     for name, args in SIGNATURES.items():
         for dtype in DTYPES.values():
             fn = getattr(lib, f"{name}_{dtype}")
@@ -105,32 +59,20 @@ def _load(compiler: str, lanes: int, machine_flags: tuple[str, ...]) -> ctypes.C
     return lib
 
 
-@contextmanager
-def switched_off(module: ModuleType) -> Iterator[None]:
-    """Inside the block ``module.library()`` (a module of compiled kernels) answers None, as where its kernels are
-    unavailable: its callers take their PyTorch path."""
-    built = module.library
-    module.library = lambda: None
-    try:
-        yield
-    finally:
-        module.library = built
-
-
 def torch_path() -> AbstractContextManager[None]:
     """Inside the block the codec takes its PyTorch path, as where the kernels are unavailable (the benches and tests
     compare both paths; ``INFINIPOTV_NATIVE_CODEC=0`` does the same for a whole process)."""
-    return switched_off(sys.modules[__name__])
+    return builder.switched_off(sys.modules[__name__])
 
 
 @functools.cache
 def library() -> dict[int, ctypes.CDLL] | None:
     """The loaded builds by lanes, widest first, or None where the PyTorch path must run (module docstring)."""
-    cpu = cpu_flags()
+    cpu = builder.cpu_flags()
     wanted = {lanes: flags for lanes, (needs, flags) in BUILDS.items() if set(needs) <= cpu}
     if os.environ.get(ENV, "1") == "0" or not wanted:
         return None
-    cc = compiler()
+    cc = builder.compiler()
     if cc is None:
         warnings.warn(f"KIVI codec: no C compiler (cc, gcc or $CC) to build {SOURCE.name}: the PyTorch path runs "
                       f"(slower on CPU; {ENV}=0 silences this)", stacklevel=3)

