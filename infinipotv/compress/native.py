@@ -9,7 +9,8 @@ do not change.
 Built like the KIVI codec (:func:`infinipotv.native.compiled`: the system C compiler, AVX2 + F16C, the harness's
 cache folder), and checked on every load against PyTorch on random rows of each dtype and of the head_dims in the
 check: a build whose results differ in one bit (another PyTorch whose reductions run in another order, another CPU)
-is not used, with one warning line. Where no build applies (GPU tensors, head_dim not a multiple of 8 or over the
+is not used, with one warning line. The calls are not wrapped in ``torch.profiler.record_function`` (three per layer
+would cost more than the kernels' own dispatch): a profile with stacks shows them under their Python callers. Where no build applies (GPU tensors, head_dim not a multiple of 8 or over the
 kernel's limit, no compiler, not x86-64) the PyTorch path runs; ``INFINIPOTV_NATIVE_SCORES=0`` always takes it.
 """
 
@@ -96,9 +97,7 @@ def _run(lib: ctypes.CDLL, name: str, x: torch.Tensor, *args: object, tokens: in
     n = t if tokens is None else tokens
     out = torch.empty(h, t, dtype=torch.float32)
     out[:, n:] = 0
-    kernel = getattr(lib, f"{name}_{DTYPES[x.dtype]}")
-    with torch.profiler.record_function(f"scores::{name}"):
-        kernel(x.data_ptr(), h, n, d, x.stride(0), *args, out.data_ptr())
+    getattr(lib, f"{name}_{DTYPES[x.dtype]}")(x.data_ptr(), h, n, d, x.stride(0), *args, out.data_ptr())
     return out
 
 
@@ -129,8 +128,7 @@ def ascending(kept: torch.Tensor, n_tokens: int) -> tuple[torch.Tensor, str]:
     kept = kept.contiguous()
     out = torch.empty_like(kept)
     marks = torch.empty(n_tokens, dtype=torch.uint8)
-    with torch.profiler.record_function("scores::ascending"):
-        status = library().ascending_indices(kept.data_ptr(), heads, n, n_tokens, marks.data_ptr(), out.data_ptr())
+    status = library().ascending_indices(kept.data_ptr(), heads, n, n_tokens, marks.data_ptr(), out.data_ptr())
     return out, ASCENDING_ERRORS.get(status, "")
 
 
