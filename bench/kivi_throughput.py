@@ -13,7 +13,7 @@ extra) and ``copy`` (``clone()`` of the same tensor: the memory floor). Each imp
 (in half quantization steps of its group: <= 1 up to the rounding of the dtype's arithmetic), and the claims are
 checked on these figures: ours no slower than the reference and quanto, and within ``COPY_FACTOR`` of a copy.
 
-Then the store operations the streaming loop runs each step (``KiviStore.append``, which quantizes, ``dequantized()``
+Then the store operations the streaming loop runs each step (``KiviStore.append``, which quantizes, ``read()``
 before and after a per-head eviction, ``keep()``), and the streaming loop itself as a user would run it: a small
 Llama with the 7B layer's KV shape fed chunk after chunk, its cache a transformers ``DynamicCache`` (full
 precision), a ``QuantizedCache(backend="quanto")`` at the same bits and groups (it cannot evict: it dequantizes its
@@ -163,9 +163,9 @@ def store_rows(keys: torch.Tensor, values: torch.Tensor, reps: int) -> list[dict
         evicted.keep(keep)
         ops = {
             "append": (filled, None),
-            "dequantized": (store.dequantized, None),
+            "dequantized": (store.read, None),
             "keep": (lambda s: s.keep(keep), filled),
-            "dequantized_after_keep": (evicted.dequantized, None),
+            "dequantized_after_keep": (evicted.read, None),
         }
         for op, (fn, setup) in ops.items():
             rows.append({"op": op, "impl": impl, **timings(fn, reps, keys.device, setup)})

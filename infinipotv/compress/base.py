@@ -21,6 +21,7 @@ import torch
 
 from infinipotv.registry import Registry
 
+from . import native
 from .layout import FrameLayout
 
 POLICIES: Registry[type["Policy"]] = Registry("compression policy")
@@ -165,8 +166,6 @@ class Policy:
         if kept.shape != (heads, n_keep):
             raise RuntimeError(f"policy {self.name!r} returned indices of shape {tuple(kept.shape)}, expected "
                                f"{(heads, n_keep)}")
-        check_on_device(((kept >= 0) & (kept < n_tokens)).all(), f"policy {self.name!r} returned indices outside "
-                        f"[0, {n_tokens})")
         return ascending(kept, n_tokens, self.name)
 
 
@@ -179,11 +178,20 @@ def check_on_device(ok: torch.Tensor, message: str) -> None:
 
 def ascending(kept: torch.Tensor, n_tokens: int, name: str) -> torch.Tensor:
     """``kept`` (distinct indices in ``[0, n_tokens)``, any order) sorted per head, by marking them in ``[H, T]``
-    and reading the marks back in order: a few passes over the region instead of a sort (the same result).
-    A repeated index leaves fewer marks than indices: the policy is at fault."""
+    and reading the marks back in order: a few passes over the region instead of a sort (the same result: distinct
+    integers have one ascending order; on a CPU one kernel, :mod:`.native`). An index outside the region, or a
+    repeated one (fewer marks than indices), is the policy's fault."""
+    outside = f"policy {name!r} returned indices outside [0, {n_tokens})"
+    repeated = f"policy {name!r} returned a token twice for some head"
+    if native.takes_indices(kept):
+        out, wrong = native.ascending(kept, n_tokens)
+        if wrong:
+            raise RuntimeError(outside if wrong == "outside" else repeated)
+        return out
+    check_on_device(((kept >= 0) & (kept < n_tokens)).all(), outside)
     heads, n_keep = kept.shape
     marks = torch.zeros(heads, n_tokens, dtype=torch.bool, device=kept.device).scatter_(1, kept, True)
-    check_on_device((marks.sum(dim=1) == n_keep).all(), f"policy {name!r} returned a token twice for some head")
+    check_on_device((marks.sum(dim=1) == n_keep).all(), repeated)
     slot = torch.where(marks, marks.cumsum(dim=1) - 1, n_keep)  # unmarked tokens go to a spare last column
     positions = torch.arange(n_tokens, device=kept.device).expand(heads, n_tokens)
     return kept.new_empty(heads, n_keep + 1).scatter_(1, slot, positions)[:, :n_keep]

@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from . import native
 from .layout import FrameCoords
 
 KEY_EPS = 1e-9  # L2 normalisation of keys before the cosine
@@ -37,7 +38,10 @@ def check_tar_share(n_tar: int, r: int, p: int, alpha: float, r_ratio: float) ->
 
 
 def van_scores(values: torch.Tensor) -> torch.Tensor:
-    """``[H, T, D]`` -> ``[H, T]`` value norms, in fp32 whatever the input's float dtype."""
+    """``[H, T, D]`` -> ``[H, T]`` value norms, in fp32 whatever the input's float dtype (on a CPU in one read of
+    each row, :mod:`.native`)."""
+    if native.applies(values):
+        return native.row_norms(values)
     return values.float().norm(dim=-1)
 
 
@@ -60,24 +64,30 @@ def tar_scores(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool = 
     unique; deterministic on GPU, unlike scatter-add; suffix tokens that are not recent go to a dump row), and summed
     over frames. A slot with no recent token (possible in the grid-aware view after evictions) counts as cosine 0.
     Rows are moved with ``index_copy_``/``index_select`` on flattened (head, row) indices: one index per row of D
-    values, where ``scatter``/``gather`` would read an expanded index per value.
+    values, where ``scatter``/``gather`` would read an expanded index per value. On a CPU the normalisation and
+    dot product of every token are one kernel (:mod:`.native`, the same bits); only the suffix is normalised here.
     """
     heads, n_tokens, dim = keys.shape
     p, cells = coords.tokens_per_frame, r * coords.tokens_per_frame
-    unit = unit_keys(keys)
-    recent = coords.recent(r)
+    fused = native.applies(keys)
     suffix = slice(n_tokens - min(n_tokens, cells), n_tokens)
+    unit = unit_keys(keys[:, suffix] if fused else keys)  # the kernel normalises every token itself
+    unit_suffix = unit if fused else unit[:, suffix]
+    recent = coords.recent(r)
     oldest_recent = coords.n_grid_frames - r
     cell = (coords.frame[:, suffix] - oldest_recent) * p + coords.slot[:, suffix]
     target = torch.where(recent[:, suffix], cell, cells)  # others: dump row r*p
     head_rows = torch.arange(heads, device=keys.device).unsqueeze(1)
     flat = (target + head_rows * (cells + 1)).reshape(-1)
-    dense = unit.new_zeros(heads * (cells + 1), dim).index_copy_(0, flat, unit[:, suffix].reshape(-1, dim))
+    dense = unit.new_zeros(heads * (cells + 1), dim).index_copy_(0, flat, unit_suffix.reshape(-1, dim))
     present = unit.new_zeros(heads * (cells + 1)).index_fill_(0, flat, 1.0)
     sums = dense.view(heads, cells + 1, dim)[:, :cells].reshape(heads, r, p, dim).sum(1)
     counts = present.view(heads, cells + 1)[:, :cells].reshape(heads, r, p).sum(1)
     slot = coords.slot
-    if coords.offset is None:
+    if fused:  # in the pseudo-frames view the recent tokens are the last ones: their scores are set below
+        past = n_tokens if coords.offset is None else max(0, oldest_recent * p - coords.offset)
+        similarity = native.unit_dot(keys, KEY_EPS, slot, sums, tokens=past)
+    elif coords.offset is None:
         flat_slot = (slot + head_rows * p).reshape(-1)
         picked = sums.reshape(heads * p, dim).index_select(0, flat_slot).view(heads, n_tokens, dim)
         similarity = picked.mul_(unit).sum(-1)  # in place: picked is a fresh copy

@@ -59,7 +59,7 @@ class StoreLayer(CacheLayerMixin):
             if self.token_ids is None or self.token_ids.numel() != k.shape[1]:
                 raise RuntimeError("StreamCache: token ids for the committed tokens were not set (use cache.commit(ids))")
             self.store.append(k, v, self.token_ids)
-        keys, values = (self.store.dequantized() if len(self.store) else (k[:, :0], v[:, :0]))
+        keys, values = (self.store.read() if len(self.store) else (k[:, :0], v[:, :0]))
         if self.tail is not None:
             keys, values = joined(keys, self.tail[0], self.dtype), joined(values, self.tail[1], self.dtype)
         return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)

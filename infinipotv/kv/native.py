@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
-import platform
-import shutil
 import subprocess
-import tempfile
+import sys
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
+
+from infinipotv import native as builder
 
 SOURCE = Path(__file__).with_name("kivi_codec.c")
 FLAGS = ("-O3", "-funroll-loops", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC")
@@ -50,39 +48,8 @@ SIGNATURES = {
 }
 
 
-def _cpu_flags() -> set[str]:
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return set()
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    return set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
-
-
-def _build(compiler: str, flags: list[str], target: Path) -> None:
-    """Compile into a temporary file next to ``target``, then rename it: concurrent first uses never load half a
-    file."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
-        partial = Path(tmp.name)
-    try:
-        subprocess.run([compiler, *flags, str(SOURCE), "-o", str(partial)], check=True, capture_output=True,
-                       text=True, timeout=120)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
-
-
 def _load(compiler: str, lanes: int, machine_flags: tuple[str, ...]) -> ctypes.CDLL:
-    from infinipotv.models.tokenizer import cache_dir
-
-    flags = [*FLAGS, *machine_flags, f"-DLANES={lanes}"]
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((compiler, *flags)).encode()).hexdigest()[:16]
-    target = cache_dir() / f"kivi_codec_{lanes}_{key}.so"
-    if not target.exists():
-        _build(compiler, flags, target)
-    lib = ctypes.CDLL(str(target))
+    lib = builder.compiled(compiler, SOURCE, [*FLAGS, *machine_flags, f"-DLANES={lanes}"])
     for name, args in SIGNATURES.items():
         for dtype in DTYPES.values():
             fn = getattr(lib, f"{name}_{dtype}")
@@ -92,36 +59,29 @@ def _load(compiler: str, lanes: int, machine_flags: tuple[str, ...]) -> ctypes.C
     return lib
 
 
-@contextmanager
-def torch_path() -> Iterator[None]:
+def torch_path() -> AbstractContextManager[None]:
     """Inside the block the codec takes its PyTorch path, as where the kernels are unavailable (the benches and tests
     compare both paths; ``INFINIPOTV_NATIVE_CODEC=0`` does the same for a whole process)."""
-    global library
-    built = library
-    library = lambda: None  # noqa: E731 (the module's one switch, swapped for the block)
-    try:
-        yield
-    finally:
-        library = built
+    return builder.switched_off(sys.modules[__name__])
 
 
 @functools.cache
 def library() -> dict[int, ctypes.CDLL] | None:
     """The loaded builds by lanes, widest first, or None where the PyTorch path must run (module docstring)."""
-    cpu = _cpu_flags()
+    cpu = builder.cpu_flags()
     wanted = {lanes: flags for lanes, (needs, flags) in BUILDS.items() if set(needs) <= cpu}
     if os.environ.get(ENV, "1") == "0" or not wanted:
         return None
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
+    cc = builder.compiler()
+    if cc is None:
         warnings.warn(f"KIVI codec: no C compiler (cc, gcc or $CC) to build {SOURCE.name}: the PyTorch path runs "
                       f"(slower on CPU; {ENV}=0 silences this)", stacklevel=3)
         return None
     try:
-        return {lanes: _load(compiler, lanes, flags) for lanes, flags in wanted.items()}
+        return {lanes: _load(cc, lanes, flags) for lanes, flags in wanted.items()}
     except (OSError, subprocess.SubprocessError) as err:
         detail = getattr(err, "stderr", None) or err
-        warnings.warn(f"KIVI codec: building {SOURCE.name} with {compiler} failed ({str(detail).strip()[:300]}): "
+        warnings.warn(f"KIVI codec: building {SOURCE.name} with {cc} failed ({str(detail).strip()[:300]}): "
                       f"the PyTorch path runs (slower on CPU; {ENV}=0 silences this)", stacklevel=3)
         return None
 

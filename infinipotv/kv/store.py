@@ -7,52 +7,23 @@ stream order. A store never sees questions or answers: those live in the cache's
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import torch
 
 from infinipotv.kv.accounting import Layout, Storage
+from infinipotv.kv.ragged import flat_rows, take_rows
 
 POSITION_DTYPE = torch.int32  # one stored id per token per head: the "4 B pos" of the byte accounting
-
-
-def gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``out[h, t] = x[h, idx[h, t]]`` for ``x`` ``[H, L, ...]`` and ``idx`` ``[H, n]``.
-
-    One ``index_select`` of whole rows over the flattened (head, row) axis: advanced indexing ``x[heads, idx]``
-    computes the same thing several times slower on CPU."""
-    return take_rows(x, flat_rows(idx, x.shape[1]))
-
-
-def flat_rows(idx: torch.Tensor, length: int) -> torch.Tensor:
-    """``[H * n]`` rows of the flattened (head, row) axis of an ``[H, length, ...]`` tensor that :func:`gather_rows`
-    reads for ``idx`` ``[H, n]``: computed once, it serves every tensor with the same heads and length."""
-    return (idx + torch.arange(idx.shape[0], device=idx.device).unsqueeze(1) * length).reshape(-1)
-
-
-# Rows this narrow are copied as one integer each (a 1-D gather), several times faster than rows of 2-4 elements.
-_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def take_rows(x: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
-    """:func:`gather_rows` with the flat index of :func:`flat_rows` (``[H * n]``): ``[H, n, ...]``, bit for bit."""
-    h, length = x.shape[:2]
-    rows = x.reshape(h * length, *x.shape[2:])
-    row_bytes = math.prod(x.shape[2:]) * x.element_size()
-    if x.dim() > 2 and row_bytes in _WORDS and rows.is_contiguous():
-        words = rows.view(_WORDS[row_bytes]).reshape(-1).index_select(0, flat)
-        return words.view(x.dtype).view(h, -1, *x.shape[2:])
-    return rows.index_select(0, flat).view(h, -1, *x.shape[2:])
 
 
 class KVStore(ABC):
     """One layer's kept keys/values. Shapes are per head: ``[heads, tokens, head_dim]`` (batch size 1)."""
 
-    # True when dequantized() hands out the stored tensors themselves: reading the store again costs nothing, so the
-    # session compresses after the chunk's forward; otherwise (KIVI builds its tensors) during it, on what attention
-    # read (see StreamingSession).
+    # True when read() hands out the stored tensors themselves: reading the store again costs nothing, so the
+    # session compresses after the chunk's forward; otherwise (KIVI dequantizes into new tensors) during it, on what
+    # attention read (see StreamingSession).
     read_is_view: ClassVar[bool] = False
 
     @abstractmethod
@@ -69,8 +40,10 @@ class KVStore(ABC):
         """Keep only ``indices`` (``[H, n]``, sorted ascending, into the current token order) in each head."""
 
     @abstractmethod
-    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values ``[H, T, D]`` in the compute dtype, as attention and the policies read them."""
+    def read(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values ``[H, T, D]`` in the store's dtype, as attention and the policies read them: the stored
+        tensors themselves where the store keeps them as they are (:attr:`read_is_view`), else built from what it
+        keeps (KIVI dequantizes its codes)."""
 
     @abstractmethod
     def token_ids(self) -> torch.Tensor:
@@ -123,8 +96,8 @@ class FullPrecisionStore(KVStore):
         self._keys, self._values = take_rows(self._keys, flat), take_rows(self._values, flat)
         self._ids = self._ids.gather(1, indices)
 
-    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
-        assert self._keys is not None and self._values is not None, "dequantized() on an empty store"
+    def read(self) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self._keys is not None and self._values is not None, "read() on an empty store"
         return self._keys, self._values
 
     def token_ids(self) -> torch.Tensor:

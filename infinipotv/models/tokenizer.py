@@ -14,6 +14,8 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
+from infinipotv.cachedir import cache_dir
+
 # Qwen2's pre-tokenizer: like cl100k but digits split one by one.
 QWEN2_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
@@ -23,14 +25,6 @@ QWEN2_VL_SPECIAL_TOKENS = (
     "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
     "<|image_pad|>", "<|video_pad|>",
 )  # ids 151643..151656
-
-
-def cache_dir() -> Path:
-    """Where the harness caches converted artefacts (tokenizer, dequantized weights). ``INFINIPOTV_CACHE`` overrides."""
-    root = os.environ.get("INFINIPOTV_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "infinipotv"
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _ranks_file() -> Path:

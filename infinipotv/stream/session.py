@@ -215,7 +215,7 @@ class StreamingSession:
         """One pass over every layer after the forward: each store read again."""
         compress = self._layer_pass(n_keep)
         for layer, store in enumerate(self.video.cache.stores):
-            compress(layer, *store.dequantized())
+            compress(layer, *store.read())
 
     def _layer_pass(self, n_keep: int) -> Callable[[int, torch.Tensor, torch.Tensor], None]:
         """Compress one layer, given the keys and values its store holds: keep the prefix and the policy's

@@ -128,3 +128,14 @@ def test_matches_quanto_bit_for_bit(bits: int, dtype: torch.dtype, axis: str) ->
     assert torch.equal(unpack_codes(ours.codes, bits), codes)
     assert torch.equal(ours.scale, scale) and torch.equal(ours.zero, zero)
     assert torch.equal(dequantize(ours), theirs.dequantize())
+
+
+@pytest.mark.parametrize("bits", BITS)
+def test_unpack_into_rows_of_a_larger_tensor(bits: int) -> None:
+    codes = torch.randint(0, 1 << bits, (3, 20, 16), generator=torch.Generator().manual_seed(bits), dtype=torch.uint8)
+    packed = pack_codes(codes, bits)
+    big = torch.full((3, 31, 16), -1.0)
+    out = unpack_codes(packed, bits, torch.float32, big[:, :20])
+    assert torch.equal(out, codes.float()) and torch.equal(big[:, :20], codes.float())
+    assert bool((big[:, 20:] == -1).all())
+    assert torch.equal(unpack_codes(packed, bits), codes)

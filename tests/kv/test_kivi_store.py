@@ -15,6 +15,7 @@ from infinipotv.kv.accounting import (
 )
 from infinipotv.kv.kivi import KiviStore
 from infinipotv.kv.quant import BITS, dequantize, levels, quantize
+from infinipotv.kv.ragged import HeadLengths
 from infinipotv.kv.store import FullPrecisionStore
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -43,7 +44,7 @@ def test_window_quantizes_its_oldest_group_at_r_plus_g() -> None:
     assert store.n_quantized.tolist() == [4, 4] and store.n_residual.tolist() == [8, 8]
     store.append(keys[:, 12:], values[:, 12:], torch.arange(12, 32))  # 28 in the window: 5 whole groups leave
     assert store.n_quantized.tolist() == [24, 24] and store.n_residual.tolist() == [8, 8]
-    k, v = store.dequantized()
+    k, v = store.read()
     assert torch.equal(k[:, :24], dequantize(quantize(keys[:, :24], 4, g, "key")))
     assert torch.equal(v[:, :24], dequantize(quantize(values[:, :24], 4, g, "value")))
     assert torch.equal(k[:, 24:], keys[:, 24:]) and torch.equal(v[:, 24:], values[:, 24:])
@@ -60,11 +61,11 @@ def test_evict_then_dequantize_equals_dequantize_then_evict(bits: int, dtype: to
     store = KiviStore(bits, group_size=8, residual_length=16, dtype=dtype)
     for _ in range(6):
         n = int(torch.randint(20, 70, (1,), generator=gen))
-        before = store.dequantized() if len(store) else None
+        before = store.read() if len(store) else None
         quantized_before = store.n_quantized
         store.append(_randn(gen, heads, n, dim), _randn(gen, heads, n, dim), torch.arange(next_id, next_id + n))
         next_id += n
-        k, v = store.dequantized()
+        k, v = store.read()
         if before is not None:
             t = before[0].shape[1]
             frozen = torch.arange(t).unsqueeze(0) < quantized_before.unsqueeze(1)
@@ -73,7 +74,7 @@ def test_evict_then_dequantize_equals_dequantize_then_evict(bits: int, dtype: to
         ids = store.token_ids()
         idx = _random_keep(gen, heads, len(store), len(store) * 2 // 3)
         store.keep(idx)
-        k2, v2 = store.dequantized()
+        k2, v2 = store.read()
         assert k2.dtype == dtype and torch.equal(k2, _rows(k, idx)) and torch.equal(v2, _rows(v, idx))
         assert torch.equal(store.token_ids(), ids.gather(1, idx))
         ragged |= len(set(store.n_quantized.tolist())) > 1
@@ -85,7 +86,7 @@ def test_a_key_group_is_freed_only_when_none_of_its_tokens_survive() -> None:
     store = KiviStore(4, group_size=4, residual_length=0, dtype=torch.float16)
     store.append(_randn(gen, 2, 16, dim), _randn(gen, 2, 16, dim), torch.arange(16))
     assert store.n_key_groups.tolist() == [4, 4]
-    k, v = store.dequantized()
+    k, v = store.read()
     drop = [{0, 4, 5, 6, 7}, {0, 5, 9, 13, 14}]  # head 0 loses group 1 whole; head 1 a token or two of each group
     idx = torch.tensor([[t for t in range(16) if t not in d] for d in drop])
     store.keep(idx)
@@ -93,7 +94,7 @@ def test_a_key_group_is_freed_only_when_none_of_its_tokens_survive() -> None:
     parts = store.nbytes()
     assert parts["key_scale_zero"] == 7 * dim * 2 * 2
     assert parts["bookkeeping"] == 7 * 2 + 2 * 8  # group counts + the [H] int64 lengths
-    assert torch.equal(store.dequantized()[0], _rows(k, idx)) and torch.equal(store.dequantized()[1], _rows(v, idx))
+    assert torch.equal(store.read()[0], _rows(k, idx)) and torch.equal(store.read()[1], _rows(v, idx))
 
 
 @pytest.mark.parametrize("bits", BITS)
@@ -120,8 +121,9 @@ def test_nbytes_accounts_for_every_byte_the_store_holds() -> None:
     store = KiviStore(4, group_size=8, residual_length=8, dtype=torch.bfloat16)
     store.append(_randn(gen, 4, 100, 32), _randn(gen, 4, 100, 32), torch.arange(100))
     store.keep(_random_keep(gen, 4, 100, 50))
-    held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-            for t in vars(store).values() if isinstance(t, torch.Tensor)}
+    tensors = [t for t in vars(store).values() if isinstance(t, torch.Tensor)]
+    tensors += [t.device for t in vars(store).values() if isinstance(t, HeadLengths)]  # lengths: device and host
+    held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
     parts = store.nbytes()
     assert sum(parts.values()) == sum(held.values())
     assert parts["padding"] > 0  # heads kept different numbers of quantized tokens
@@ -143,13 +145,11 @@ def test_layout_figure_is_the_measured_bytes_less_padding(bits: int, dtype: torc
         parts = store.nbytes()
         padding = parts.pop("padding")
         assert parts == layout_bytes(store.layout(), dim, store.storage())
-        assert store._k_scale.shape[0] == int(store.n_key_groups.sum())
-        assert store._res_k.shape[0] == int(store.n_residual.sum())
-        lq, lg = store._k_codes.shape[1], store._k_count.shape[1]
+        lq, lg = store.padded_lengths
         padded_tokens = heads * lq - int(store.n_quantized.sum())
         padded_groups = heads * lg - int(store.n_key_groups.sum())
-        row = 2 * store._k_codes.shape[2] + 2 * (dim // 8) * store._v_scale.element_size()
-        assert padding == padded_tokens * row + padded_groups * store._k_count.element_size()
+        row = 2 * dim * bits // 8 + 2 * (dim // 8) * dtype.itemsize  # codes of keys and values, value scale/zero
+        assert padding == padded_tokens * row + padded_groups * store.storage().group_count_bytes
     layout = store.layout()
     assert layout.key_groups * 8 > layout.tokens - layout.residual  # thinned groups: fewer than G survivors each
     assert len(set(store.n_quantized.tolist())) > 1 or len(set(store.n_key_groups.tolist())) > 1  # ragged heads
@@ -198,7 +198,7 @@ def test_matches_the_full_precision_store_within_the_quantization_error(seed: in
             for store in (kivi, ref):
                 store.keep(idx)
         assert len(kivi) == len(ref) and torch.equal(kivi.token_ids(), ref.token_ids())
-        (k, v), (kr, vr) = kivi.dequantized(), ref.dequantized()
+        (k, v), (kr, vr) = kivi.read(), ref.read()
         # a group's range is at most the channel's range over every key appended / the token's range over channels
         key_bound = 0.5 * (kmax - kmin) / levels(bits) + 1e-5
         value_bound = 0.5 * (vr.amax(-1, keepdim=True) - vr.amin(-1, keepdim=True)) / levels(bits) + 1e-5
@@ -210,7 +210,7 @@ def test_matches_the_full_precision_store_within_the_quantization_error(seed: in
 def test_dtype_sets_the_residual_and_scale_dtype() -> None:
     store = KiviStore(4, group_size=8, residual_length=0, dtype=torch.float16)
     store.append(torch.randn(1, 16, 16), torch.randn(1, 16, 16), torch.arange(16))
-    k, v = store.dequantized()
+    k, v = store.read()
     assert k.dtype == v.dtype == torch.float16
     assert store.nbytes()["value_scale_zero"] == 16 * 2 * 2 * 2  # 2 groups per token, 2-byte scale and zero
 

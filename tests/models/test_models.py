@@ -56,11 +56,11 @@ def test_chunked_vision_encoding_is_exact(adapter):
 
 def test_questions_leave_the_memory_unchanged(adapter, video):
     session = stream(adapter, video, 4)
-    before = [s.dequantized()[0].clone() for s in session.video.cache.stores]
+    before = [s.read()[0].clone() for s in session.video.cache.stores]
     first = session.ask(PROMPT, max_new_tokens=3)
     session.ask("Another question?", max_new_tokens=3)
     again = session.ask(PROMPT, max_new_tokens=3)
-    assert all(torch.equal(b, s.dequantized()[0]) for b, s in zip(before, session.video.cache.stores))
+    assert all(torch.equal(b, s.read()[0]) for b, s in zip(before, session.video.cache.stores))
     assert first.tokens == again.tokens and torch.equal(first.first_logprobs, again.first_logprobs)
 
 
@@ -191,7 +191,7 @@ def test_a_prefill_without_logits_leaves_the_same_cache_and_answers(adapter, vid
     assert False in asked  # the session skips them for every prefill
     a, b = with_logits.ask(PROMPT, max_new_tokens=4), without.ask(PROMPT, max_new_tokens=4)
     assert a.tokens == b.tokens and torch.equal(a.first_logprobs, b.first_logprobs)
-    assert all(torch.equal(x.dequantized()[0], y.dequantized()[0])
+    assert all(torch.equal(x.read()[0], y.read()[0])
                for x, y in zip(with_logits.video.cache.stores, without.video.cache.stores))
     with without.video.cache.transient():
         assert adapter.forward(adapter.embed_text([1, 2]), adapter.text_positions(0, 2), without.video.cache,

@@ -67,7 +67,7 @@ def test_memory_is_query_agnostic(tiny_qwen2vl, make_store):
     reordered, _ = stream(tiny_qwen2vl, policy, BUDGET, video(), questions=("Count the scenes.", "What is shown?"),
                           make_store=make_store)
     for a, b, c in zip(plain.video.cache.stores, asked.video.cache.stores, reordered.video.cache.stores):
-        for x, y, z in zip(a.dequantized(), b.dequantized(), c.dequantized()):
+        for x, y, z in zip(a.read(), b.read(), c.read()):
             assert torch.equal(x, y) and torch.equal(x, z)
         assert torch.equal(a.token_ids(), b.token_ids()) and torch.equal(a.token_ids(), c.token_ids())
 
@@ -79,7 +79,7 @@ def test_a_budget_larger_than_the_stream_equals_full(tiny_qwen2vl):
     assert not any(s.compress for s in big.trace)
     assert big_answers == full_answers
     for a, b in zip(full.video.cache.stores, big.video.cache.stores):
-        assert torch.equal(a.dequantized()[0], b.dequantized()[0])
+        assert torch.equal(a.read()[0], b.read()[0])
 
 
 def test_a_chunk_too_large_for_the_budget_is_refused(tiny_qwen2vl):
@@ -113,7 +113,7 @@ def test_the_pass_made_during_the_forward_leaves_what_a_pass_after_it_would(tiny
             after._pass(n_keep)
         for a, b in zip(during.video.cache.stores, after.video.cache.stores):
             assert torch.equal(a.token_ids(), b.token_ids())
-            assert all(torch.equal(x, y) for x, y in zip(a.dequantized(), b.dequantized()))
+            assert all(torch.equal(x, y) for x, y in zip(a.read(), b.read()))
     assert sum(s.compress is not None for s in during.trace) >= 3
     asked = [s.ask("What is shown?", max_new_tokens=3) for s in (during, after)]
     assert asked[0].tokens == asked[1].tokens and torch.equal(asked[0].first_logprobs, asked[1].first_logprobs)

@@ -58,11 +58,11 @@ def test_positions_are_sequential_over_prefix_frames_and_question(symbolic):
 def test_questions_leave_the_memory_unchanged(symbolic):
     frames, _ = text_frames(symbolic, LINES)
     s = streamed(symbolic, frames, 2)
-    before = [store.dequantized()[0].clone() for store in s.video.cache.stores]
+    before = [store.read()[0].clone() for store in s.video.cache.stores]
     first = s.ask(PROMPT, max_new_tokens=3)
     s.ask("Question: What colour is the bench?\nAnswer: In the garden the bench is", max_new_tokens=3)
     again = s.ask(PROMPT, max_new_tokens=3)
-    assert all(torch.equal(b, store.dequantized()[0]) for b, store in zip(before, s.video.cache.stores))
+    assert all(torch.equal(b, store.read()[0]) for b, store in zip(before, s.video.cache.stores))
     assert first.tokens == again.tokens
 
 

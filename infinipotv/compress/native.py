@@ -1,0 +1,169 @@
+"""TaR's similarity and VaN's norm on the CPU in one read of each row (``scores_kernels.c``), the same bits as
+PyTorch's kernels.
+
+Why: on one CPU thread PyTorch runs ``tar_scores`` and ``van_scores`` as seven full passes over ``[H, T, D]``
+float32 tensors (conversion, norm, division, product, sum), each at memory speed: most of a compression pass's time
+at the paper's |M|. The kernels do the same operations in the same order (see the C source), so the kept indices
+do not change.
+
+Built like the KIVI codec (:func:`infinipotv.native.compiled`: the system C compiler, AVX2 + F16C, the harness's
+cache folder), and checked on every load against PyTorch on random rows of each dtype and of the head_dims in the
+check: a build whose results differ in one bit (another PyTorch whose reductions run in another order, another CPU)
+is not used, with one warning line. The calls are not wrapped in ``torch.profiler.record_function`` (three per layer
+would cost more than the kernels' own dispatch): a profile with stacks shows them under their Python callers. Where no build applies (GPU tensors, head_dim not a multiple of 8 or over the
+kernel's limit, no compiler, not x86-64) the PyTorch path runs; ``INFINIPOTV_NATIVE_SCORES=0`` always takes it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import subprocess
+import sys
+import warnings
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import torch
+
+from infinipotv import native as builder
+
+SOURCE = Path(__file__).with_name("scores_kernels.c")
+FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-mavx2", "-mf16c"]
+NEEDS = ("avx2", "f16c")
+ENV = "INFINIPOTV_NATIVE_SCORES"
+DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+CHECK_DIMS = (8, 24, 64, 128, 136)  # head_dims the load check covers (4 accumulators, leftovers, fewer than 4)
+
+_p, _i64 = ctypes.c_void_p, ctypes.c_int64
+SIGNATURES = {
+    "row_norms": [_p, _i64, _i64, _i64, _i64, _p],
+    "unit_dot": [_p, _i64, _i64, _i64, _i64, ctypes.c_float, _p, _i64, _p, _i64, _i64, _p],
+}
+ASCENDING_ERRORS = {1: "outside", 2: "repeated"}
+
+
+def torch_path() -> AbstractContextManager[None]:
+    """Inside the block the scores take their PyTorch path (the tests compare both paths)."""
+    return builder.switched_off(sys.modules[__name__])
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The loaded, checked build, or None where the PyTorch path must run (module docstring)."""
+    if os.environ.get(ENV, "1") == "0" or not set(NEEDS) <= builder.cpu_flags():
+        return None
+    cc = builder.compiler()
+    if cc is None:
+        return None  # the KIVI codec already says so once
+    try:
+        lib = builder.compiled(cc, SOURCE, FLAGS)
+    except (OSError, subprocess.SubprocessError) as err:
+        detail = getattr(err, "stderr", None) or err
+        warnings.warn(f"compression scores: building {SOURCE.name} with {cc} failed ({str(detail).strip()[:300]}): "
+                      f"the PyTorch path runs (slower on CPU; {ENV}=0 silences this)", stacklevel=3)
+        return None
+    for name, args in SIGNATURES.items():
+        for dtype in DTYPES.values():
+            fn = getattr(lib, f"{name}_{dtype}")
+            fn.argtypes, fn.restype = args, None
+    lib.scores_max_head_dim.restype = ctypes.c_int64
+    lib.ascending_indices.argtypes, lib.ascending_indices.restype = [_p, _i64, _i64, _i64, _p, _p], ctypes.c_int64
+    mismatch = _mismatch(lib)
+    if mismatch:
+        warnings.warn(f"compression scores: the kernels of {SOURCE.name} differ from PyTorch {torch.__version__} "
+                      f"({mismatch}): the PyTorch path runs ({ENV}=0 silences this)", stacklevel=3)
+        return None
+    return lib
+
+
+def applies(x: torch.Tensor) -> bool:
+    """Whether the kernels take ``x`` ``[H, T, D]``: on the CPU, a float dtype, D a multiple of 8 within the
+    kernel's limit, rows of D contiguous one after another along T."""
+    if x.device.type != "cpu" or x.dtype not in DTYPES or x.dim() != 3:
+        return False
+    d = x.shape[2]
+    if d % 8 or x.stride(2) != 1 or (x.shape[1] > 1 and x.stride(1) != d):
+        return False
+    lib = library()
+    return lib is not None and d <= lib.scores_max_head_dim()
+
+
+def _run(lib: ctypes.CDLL, name: str, x: torch.Tensor, *args: object, tokens: int | None = None) -> torch.Tensor:
+    """``[H, T]`` float32 out of kernel ``name`` over ``x`` ``[H, T, D]``; ``tokens``: only the first that many
+    tokens of each head are computed (the rest of out is 0)."""
+    h, t, d = x.shape
+    n = t if tokens is None else tokens
+    out = torch.empty(h, t, dtype=torch.float32)
+    out[:, n:] = 0
+    getattr(lib, f"{name}_{DTYPES[x.dtype]}")(x.data_ptr(), h, n, d, x.stride(0), *args, out.data_ptr())
+    return out
+
+
+def row_norms(x: torch.Tensor) -> torch.Tensor:
+    """``x.float().norm(dim=-1)`` of ``x`` ``[H, T, D]`` (:func:`applies`), bit for bit."""
+    return _run(library(), "row_norms", x)
+
+
+def unit_dot(keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor, tokens: int | None = None
+             ) -> torch.Tensor:
+    """``(unit * sums[h, slot]).sum(-1)``, ``[H, T]``, where ``unit = F.normalize(keys.float(), dim=-1, eps=eps)``
+    computed as :func:`~infinipotv.compress.scores.unit_keys` does; ``slot`` ``[H, T]`` int64 (rows may be one row
+    expanded over the heads), ``sums`` ``[H, P, D]`` float32. Bit for bit the products and sums of the PyTorch
+    path. ``tokens``: only each head's first that many are computed (the others are 0), e.g. when the rest is
+    overwritten anyway."""
+    return _unit_dot(library(), keys, eps, slot, sums, tokens)
+
+
+def takes_indices(kept: torch.Tensor) -> bool:
+    """Whether :func:`ascending` takes ``kept`` (``[H, n]`` int64 on the CPU)."""
+    return kept.device.type == "cpu" and kept.dtype == torch.int64 and kept.dim() == 2 and library() is not None
+
+
+def ascending(kept: torch.Tensor, n_tokens: int) -> tuple[torch.Tensor, str]:
+    """``kept`` sorted per head, and '' or what is wrong with it: ``outside`` (an index not in ``[0, n_tokens)``)
+    or ``repeated`` (a head names a token twice)."""
+    heads, n = kept.shape
+    kept = kept.contiguous()
+    out = torch.empty_like(kept)
+    marks = torch.empty(n_tokens, dtype=torch.uint8)
+    status = library().ascending_indices(kept.data_ptr(), heads, n, n_tokens, marks.data_ptr(), out.data_ptr())
+    return out, ASCENDING_ERRORS.get(status, "")
+
+
+def _unit_dot(lib: ctypes.CDLL, keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor,
+              tokens: int | None = None) -> torch.Tensor:
+    h, t, _ = keys.shape
+    slot = slot.to(torch.int64)
+    if slot.stride(0) == 0:
+        rows, ss = slot[0].contiguous(), 0
+    else:
+        rows, ss = slot.contiguous(), t
+    sums = sums.to(torch.float32).contiguous()
+    return _run(lib, "unit_dot", keys, ctypes.c_float(eps), rows.data_ptr(), ss, sums.data_ptr(), sums.shape[1],
+                t, tokens=tokens)
+
+
+def _mismatch(lib: ctypes.CDLL) -> str:
+    """'' when the kernels give PyTorch's bits on random rows (zeros, tiny and huge norms among them), else what
+    differs."""
+    gen = torch.Generator().manual_seed(0)
+    for d in CHECK_DIMS:
+        base = torch.randn(3, 97, d, generator=gen) * torch.rand(3, 97, 1, generator=gen).pow(4) * 50
+        base[0, 3] = 0
+        base[1, 5] *= 1e-12
+        sums = torch.randn(3, 12, d, generator=gen)
+        slot = torch.randint(0, 12, (3, 97), generator=gen)
+        for dtype in DTYPES:
+            x = base.to(dtype)
+            if not torch.equal(_run(lib, "row_norms", x), x.float().norm(dim=-1)):
+                return f"row norms, {dtype}, head_dim {d}"
+            k = x.float()
+            unit = k / k.norm(dim=-1, keepdim=True).clamp_min_(1e-9)
+            want = (unit * sums.gather(1, slot.unsqueeze(-1).expand(-1, -1, d))).sum(-1)
+            got = _unit_dot(lib, x, 1e-9, slot, sums)
+            part = _unit_dot(lib, x, 1e-9, slot, sums, tokens=50)
+            if not (torch.equal(got, want) and torch.equal(part[:, :50], want[:, :50]) and not part[:, 50:].any()):
+                return f"unit dot products, {dtype}, head_dim {d}"
+    return ""

@@ -1,0 +1,167 @@
+"""The compression pass's fast paths (docs/performance.md, "What was optimised"), each checked bit for bit against
+the plain computation it replaces: unit keys, the pseudo-frames TaR path, half-precision reads, and the CPU kernels
+of TaR's similarity and VaN's norm (:mod:`infinipotv.compress.native`) against the PyTorch path."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from contextlib import nullcontext
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from infinipotv.compress import FrameLayout, build, native
+from infinipotv.compress.base import ascending
+from infinipotv.compress.layout import FrameCoords, frame_coords
+from infinipotv.compress.pooling import KERNELS, pool
+from infinipotv.compress.scores import KEY_EPS, tar_scores, unit_keys, van_scores
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_unit_keys_equal_normalize(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(0)
+    full = (torch.randn(3, 130, 64, generator=gen) * 3).to(dtype)
+    full[1, 40] = 0  # a zero key: eps in the denominator
+    keys = full[:, 10:]  # a slice along tokens, as the session passes the region after the prefix
+    got = unit_keys(keys)
+    assert got.dtype == torch.float32 and torch.equal(got, F.normalize(keys.float(), dim=-1, eps=KEY_EPS))
+    assert torch.equal(keys, full[:, 10:]) and got.data_ptr() != keys.data_ptr()  # the input is left as it was
+
+
+@pytest.mark.parametrize(("n_tokens", "grid"), [(600, (3, 4)), (605, (3, 4)), (7, (3, 4)), (12, (2, 6)), (61, (5, 5))])
+def test_periodic_tar_path_equals_the_general_path(n_tokens: int, grid: tuple[int, int]) -> None:
+    """The pseudo-frames view's coordinates (no integer division) and its broadcast dot product (in place) give
+    exactly the coordinates and scores of the general per-token path."""
+    p = grid[0] * grid[1]
+    layout = FrameLayout.fresh(3, n_tokens, grid)
+    coords = frame_coords(layout, "pseudo_frames", n_tokens)
+    n_frames = math.ceil(n_tokens / p)
+    cell = (torch.arange(n_tokens) + n_frames * p - n_tokens).expand(3, n_tokens)
+    assert torch.equal(coords.frame, cell // p) and torch.equal(coords.slot, cell % p)
+    general = FrameCoords(coords.frame.contiguous(), coords.slot.contiguous(), coords.n_grid_frames, coords.n_frames,
+                          grid, offset=None)
+    keys = torch.randn(3, n_tokens, 32, generator=torch.Generator().manual_seed(n_tokens))
+    for r in (1, max(1, n_frames // 4)):
+        assert torch.equal(coords.recent(r), general.recent(r))
+        for reverse in (False, True):
+            assert torch.equal(tar_scores(keys, coords, r, reverse), tar_scores(keys, general, r, reverse))
+    scores = torch.rand(3, n_tokens, generator=torch.Generator().manual_seed(1))
+    for mode, size in KERNELS:  # pooling reads the pseudo-frames grid as a shifted copy instead of a scatter/gather
+        assert torch.equal(pool(scores, coords, mode, size), pool(scores, general, mode, size))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", ["tar_van_pool", "tar_van", "tar", "van", "van_pool", "tar_reversed"])
+def test_policies_read_half_precision_as_fp32(dtype: torch.dtype, name: str) -> None:
+    """A reads_any_float policy given a half-precision cache keeps exactly what it keeps on the fp32 copy."""
+    gen = torch.Generator().manual_seed(3)
+    keys = torch.randn(3, 620, 64, generator=gen).to(dtype)[:, 20:]
+    values = (torch.randn(3, 620, 64, generator=gen) * torch.rand(3, 620, 1, generator=gen)).to(dtype)[:, 20:]
+    layout = FrameLayout.fresh(3, 600, (3, 4))
+    for pooling in ("layer_quartile", "cv"):
+        kw = {"pooling": pooling} if name in ("tar_van_pool", "van_pool") else {}
+        policy = build(name, **kw)
+        for layer in (0, 9, 17, 29):
+            got = policy(keys, values, layout, 450, layer, 30)
+            assert torch.equal(got, policy(keys.float(), values.float(), layout, 450, layer, 30))
+
+
+def _region(dtype: torch.dtype, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Keys and values of a region after a prefix (a slice along tokens, as the session passes it), with a zero key,
+    and each head's ids after an eviction (for the grid-aware view)."""
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.randn(3, 620, dim, generator=gen)
+    keys[1, 40] = 0
+    values = torch.randn(3, 620, dim, generator=gen) * torch.rand(3, 620, 1, generator=gen)
+    ids = torch.rand(3, 1200, generator=gen).argsort(1)[:, :600].sort(1).values
+    return keys.to(dtype)[:, 20:], values.to(dtype)[:, 20:], ids
+
+
+@pytest.mark.skipif(native.library() is None, reason="the score kernels cannot be built or differ from PyTorch here")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim", [64, 128, 40])
+def test_score_kernels_equal_the_torch_path(dtype: torch.dtype, dim: int) -> None:
+    """TaR's scores, VaN's norms and the kept indices of InfiniPot-V are the same bits with the kernels as without,
+    in both frame views (head_dim 40 takes the kernels' general loop)."""
+    keys, values, ids = _region(dtype, dim, dim)
+    assert native.applies(keys) and native.applies(values)
+    for layout in (FrameLayout.fresh(3, 600, (3, 4)), FrameLayout(ids, (3, 4))):
+        for view in ("pseudo_frames", "grid_aware"):
+            coords = frame_coords(layout, view, 600)
+            got = tar_scores(keys, coords, 10), van_scores(values)
+            policy = build("tar_van_pool", frame_view=view)
+            kept = [policy(keys, values, layout, 450, layer, 30) for layer in (0, 9, 17, 29)]
+            with native.torch_path():
+                assert not native.applies(keys)
+                assert torch.equal(got[0], tar_scores(keys, coords, 10))
+                assert torch.equal(got[1], van_scores(values))
+                for layer, k in zip((0, 9, 17, 29), kept):
+                    assert torch.equal(k, policy(keys, values, layout, 450, layer, 30))
+
+
+def test_tensors_the_kernels_do_not_take_go_the_torch_way() -> None:
+    """A head_dim that is not a multiple of 8, rows that are not contiguous, another dtype or device."""
+    x = torch.randn(2, 30, 64)
+    assert not native.applies(torch.randn(2, 30, 36))
+    assert not native.applies(x[:, :, ::2])
+    assert not native.applies(x.transpose(0, 1))
+    assert not native.applies(x.double())
+    assert not native.applies(torch.empty(2, 30, 64, device="meta"))
+
+
+def test_switched_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(native.ENV, "0")
+    native.library.cache_clear()
+    try:
+        assert native.library() is None
+        assert not native.applies(torch.randn(2, 30, 64))
+    finally:
+        monkeypatch.undo()
+        native.library.cache_clear()
+
+
+def test_a_build_that_differs_from_pytorch_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load check: kernels whose bits differ from PyTorch's (here: a norm off by one ulp) warn once and leave
+    the PyTorch path running."""
+    if native.library() is None:
+        pytest.skip("the score kernels cannot be built here")
+    real = native._run
+
+    def off_by_one_ulp(lib, name, x, *args):
+        out = real(lib, name, x, *args)
+        return torch.nextafter(out, torch.full_like(out, math.inf)) if name == "row_norms" else out
+
+    monkeypatch.setattr(native, "_run", off_by_one_ulp)
+    native.library.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="differ from PyTorch .*row norms"):
+            assert native.library() is None
+    finally:
+        monkeypatch.undo()
+        native.library.cache_clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert native.library() is not None
+
+
+@pytest.mark.skipif(native.library() is None, reason="the score kernels cannot be built or differ from PyTorch here")
+def test_ascending_kernel_equals_the_torch_path() -> None:
+    """Sorted kept indices, and the same error for an index outside the region or a repeated one."""
+    gen = torch.Generator().manual_seed(0)
+    for n_tokens, n_keep in ((600, 450), (37, 1), (50, 50)):
+        kept = torch.rand(3, n_tokens, generator=gen).argsort(1)[:, :n_keep]
+        assert native.takes_indices(kept)
+        got = ascending(kept, n_tokens, "p")
+        with native.torch_path():
+            assert not native.takes_indices(kept)
+            assert torch.equal(got, ascending(kept, n_tokens, "p"))
+        assert torch.equal(got, kept.sort(1).values)
+    bad = {"outside": torch.tensor([[0, 5], [1, 2]]), "repeated": torch.tensor([[0, 1], [3, 3]]),
+           "negative": torch.tensor([[0, -1], [1, 2]])}
+    for name, kept in bad.items():
+        match = "a token twice" if name == "repeated" else r"indices outside \[0, 5\)"
+        for path in ("native", "torch"):
+            with native.torch_path() if path == "torch" else nullcontext(), pytest.raises(RuntimeError, match=match):
+                ascending(kept, 5, "p")
