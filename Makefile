@@ -40,7 +40,10 @@ $(LMMS_VENV)/.installed: pyproject.toml constraints-lmms.txt
 run: install
 	$(PY) run.py
 
+# The style gate first (ruff: lint + format, configured in pyproject.toml), then the suite.
 test: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest
 
 clean:

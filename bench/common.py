@@ -45,8 +45,12 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script runs, measures nothing")
     p.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON results and the report")
-    p.add_argument("--threads", type=int, default=1,
-                   help="CPU threads for torch (1: reproducible on a shared machine; recorded with the results)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads for torch (1: reproducible on a shared machine; recorded with the results)",
+    )
     return p
 
 
@@ -72,8 +76,15 @@ def quant_config(name: str, **overrides: Any) -> QuantConfig:
     return OmegaConf.to_object(cfg)
 
 
-def session(adapter: ModelAdapter, policy: str, quant: QuantConfig, budget: int, c_ratio: float = PAPER_C_RATIO,
-            in_bytes: bool = False, chunk_frames: int = 1) -> StreamingSession:
+def session(
+    adapter: ModelAdapter,
+    policy: str,
+    quant: QuantConfig,
+    budget: int,
+    c_ratio: float = PAPER_C_RATIO,
+    in_bytes: bool = False,
+    chunk_frames: int = 1,
+) -> StreamingSession:
     """The streaming session the job builds (:func:`~infinipotv.factory.build_parts`, on the model already loaded)
     for ``compress=POLICY compress.budget=BUDGET``; ``in_bytes``: ``compress.budget_mib`` instead, set to the
     formula's bytes for ``budget`` tokens and the prefix (the factory converts it back to ``budget`` and holds the
@@ -84,8 +95,9 @@ def session(adapter: ModelAdapter, policy: str, quant: QuantConfig, budget: int,
         storage = Storage.from_config(quant, adapter.dtype)
         budget_mib = cache_bytes(budget + len(adapter.prefix_ids()), *shape, storage) / 2**20
     compress = CompressConfig(name=policy, budget=None if in_bytes else budget, budget_mib=budget_mib, c_ratio=c_ratio)
-    cfg = as_run_config(RunConfig(model=adapter.cfg, compress=compress, quant=quant,
-                                  eval=EvalConfig(chunk_frames=chunk_frames)))
+    cfg = as_run_config(
+        RunConfig(model=adapter.cfg, compress=compress, quant=quant, eval=EvalConfig(chunk_frames=chunk_frames))
+    )
     return build_parts(cfg, adapter).session(c_ratio)
 
 
@@ -126,8 +138,13 @@ class FrameStream:
 def environment(device: torch.device) -> dict[str, Any]:
     """Where the numbers come from: they only compare within one file (one machine, one run)."""
     env = {
-        "date": now(), "git_sha": git_sha(ROOT), "torch": torch.__version__, "device": str(device),
-        "cpu_threads": torch.get_num_threads(), "cpus": os.cpu_count(), "machine": platform.machine(),
+        "date": now(),
+        "git_sha": git_sha(ROOT),
+        "torch": torch.__version__,
+        "device": str(device),
+        "cpu_threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
     }
     if device.type == "cuda":

@@ -27,22 +27,33 @@ import torch
 from bench.common import ROOT, parse, parser, write_result
 from infinipotv.rundir import PREDICTIONS, read_jsonl
 
-SMOKE_OVERRIDES = ["model=tiny_qwen2vl", "compress=full", "compress.budget=null", "benchmark.options.n_videos=1",
-                   "benchmark.options.frames=48"]
+SMOKE_OVERRIDES = [
+    "model=tiny_qwen2vl",
+    "compress=full",
+    "compress.budget=null",
+    "benchmark.options.n_videos=1",
+    "benchmark.options.frames=48",
+]
 TARGET_SECONDS = 90.0  # the bound for the first run on 2 idle cores
 
 
 def one_run(overrides: list[str], env: dict[str, str], run_dir: Path) -> dict[str, Any]:
     load_before = os.getloadavg()
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "run.py", *overrides, f"run_dir={run_dir}"], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "run.py", *overrides, f"run_dir={run_dir}"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t0
     if done.returncode:
         raise RuntimeError(f"run.py failed:\n{done.stderr[-3000:]}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    return {"wall_seconds": wall, "job_seconds": metrics["time"]["seconds"], "load_before": load_before,
-            "load_after": os.getloadavg(), "summary": done.stdout.split("\n\nrun directory:")[0]}
+    return {
+        "wall_seconds": wall,
+        "job_seconds": metrics["time"]["seconds"],
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "summary": done.stdout.split("\n\nrun directory:")[0],
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -57,12 +68,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs = {}
         for name in ("first", "second"):
             runs[name] = one_run(overrides, env, Path(tmp) / name)
-            print(f"{name} run: {runs[name]['wall_seconds']:.1f} s (load {runs[name]['load_before'][0]:.2f})",
-                  flush=True)
+            print(
+                f"{name} run: {runs[name]['wall_seconds']:.1f} s (load {runs[name]['load_before'][0]:.2f})", flush=True
+            )
         first, second = (read_jsonl(Path(tmp) / name / PREDICTIONS)[0] for name in ("first", "second"))
-    data = {"overrides": overrides, "runs": runs, "target_seconds": TARGET_SECONDS,
-            "same_predictions": first == second, "n_predictions": len(first),
-            "command": "python -m bench.default_run" + (" --smoke" if args.smoke else "")}
+    data = {
+        "overrides": overrides,
+        "runs": runs,
+        "target_seconds": TARGET_SECONDS,
+        "same_predictions": first == second,
+        "n_predictions": len(first),
+        "command": "python -m bench.default_run" + (" --smoke" if args.smoke else ""),
+    }
     if args.reference is not None:
         data["reference"] = str(args.reference)
         data["same_as_reference"] = first == read_jsonl(args.reference)[0]

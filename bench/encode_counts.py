@@ -67,8 +67,9 @@ def run_counted(overrides: list[str], run_dir: Path) -> dict[str, Any]:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = as_run_config(compose("config", overrides=overrides))
     validate(cfg)
-    counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(
-        ("decodes", "frames_decoded", "encode_calls", "frames_encoded"), 0))
+    counts: dict[str, dict[str, int]] = defaultdict(
+        lambda: dict.fromkeys(("decodes", "frames_decoded", "encode_calls", "frames_encoded"), 0)
+    )
     current: list[str] = []
 
     sources: list[tuple[str, Any]] = []
@@ -93,12 +94,18 @@ def run_counted(overrides: list[str], run_dir: Path) -> dict[str, Any]:
         questions[record["video_id"]] += 1
     step = ADAPTERS[cfg.model.family].frames_per_step
     videos = {
-        video: {**c, "questions": questions[video],
-                "encoded_once": c["decodes"] <= 1 and c["frames_encoded"] <= -(-c["frames_decoded"] // step) * step}
+        video: {
+            **c,
+            "questions": questions[video],
+            "encoded_once": c["decodes"] <= 1 and c["frames_encoded"] <= -(-c["frames_decoded"] // step) * step,
+        }
         for video, c in counts.items()
     }
-    return {"videos": videos, "questions": metrics["n_questions"],
-            "compress_passes": metrics["time"]["compress_passes"]}
+    return {
+        "videos": videos,
+        "questions": metrics["n_questions"],
+        "compress_passes": metrics["time"]["compress_passes"],
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -109,14 +116,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         for bench_name in ("symbolic", "symbolic_offline"):
             overrides = [
-                f"model={model}", "benchmark=symbolic", f"benchmark.name={bench_name}", f"benchmark.root={tmp}/data",
-                "benchmark.options.n_videos=2", f"benchmark.options.frames={frames}",
+                f"model={model}",
+                "benchmark=symbolic",
+                f"benchmark.name={bench_name}",
+                f"benchmark.root={tmp}/data",
+                "benchmark.options.n_videos=2",
+                f"benchmark.options.frames={frames}",
             ]
             run_dir = Path(tmp) / bench_name
             cases[bench_name] = run_counted(overrides, run_dir)
             cases[f"{bench_name} (resumed, complete)"] = run_counted(overrides, run_dir)
-    data = {"model": model, "frames_per_video": frames, "cases": cases,
-            "all_encoded_once": all(v["encoded_once"] for c in cases.values() for v in c["videos"].values())}
+    data = {
+        "model": model,
+        "frames_per_video": frames,
+        "cases": cases,
+        "all_encoded_once": all(v["encoded_once"] for c in cases.values() for v in c["videos"].values()),
+    }
     write_result(args.out, "encode_counts", data, args.smoke, torch.device("cpu"))
     return data
 

@@ -50,15 +50,18 @@ def measure() -> list[dict]:
         seconds = time.perf_counter() - t0
         reference = one_shot_logprobs(adapter, video, fps=2.0)
         whole = adapter.encode_frames(video[:8], 0, 2.0, 0).embeds.float()
-        parts = torch.cat([adapter.encode_frames(video[i:i + 2], i, 2.0, 0).embeds for i in range(0, 8, 2)]).float()
-        rows.append({
-            "family": family, "dtype": DTYPE,
-            "logprob_gap": float((answer.first_logprobs - reference).abs().max()),
-            "argmax_agrees": int(answer.first_logprobs.argmax()) == int(reference.argmax()),
-            "vision_gap": float((parts - whole).abs().max()),
-            "stream_seconds": round(seconds, 3),
-            "peak_cuda_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
-        })
+        parts = torch.cat([adapter.encode_frames(video[i : i + 2], i, 2.0, 0).embeds for i in range(0, 8, 2)]).float()
+        rows.append(
+            {
+                "family": family,
+                "dtype": DTYPE,
+                "logprob_gap": float((answer.first_logprobs - reference).abs().max()),
+                "argmax_agrees": int(answer.first_logprobs.argmax()) == int(reference.argmax()),
+                "vision_gap": float((parts - whole).abs().max()),
+                "stream_seconds": round(seconds, 3),
+                "peak_cuda_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
+            }
+        )
     return rows
 
 
@@ -67,8 +70,11 @@ def junit_summary(path: Path) -> dict:
         return {"tests": 0, "failures": 0, "errors": 1, "skipped": 0, "failed": ["pytest did not write its report"]}
     root = ET.parse(path).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
-    failed = [f"{c.get('classname')}::{c.get('name')}" for c in suite.iter("testcase")
-              if c.find("failure") is not None or c.find("error") is not None]
+    failed = [
+        f"{c.get('classname')}::{c.get('name')}"
+        for c in suite.iter("testcase")
+        if c.find("failure") is not None or c.find("error") is not None
+    ]
     return {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")} | {"failed": failed}
 
 
@@ -78,29 +84,50 @@ def run_dtype(device: str, dtype: str, out: Path) -> dict:
     env = {**os.environ, "INFINIPOTV_DEVICE": device, "INFINIPOTV_DTYPE": dtype, "PYTHONPATH": path}
     junit = out / f"junit_{dtype}.xml"
     with (out / f"pytest_{dtype}.log").open("w") as log:
-        subprocess.run([sys.executable, "-m", "pytest", "tests/models", "-q", "-p", "no:cacheprovider",
-                        f"--junitxml={junit}"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    measured = subprocess.run([sys.executable, __file__, "--measure"], cwd=ROOT, env=env, capture_output=True,
-                              text=True)
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "tests/models", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    measured = subprocess.run(
+        [sys.executable, __file__, "--measure"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     rows = json.loads(measured.stdout.strip().splitlines()[-1]) if measured.returncode == 0 else []
-    return {"device": device, "dtype": dtype, "tests": junit_summary(junit), "measurements": rows,
-            "measure_error": measured.stderr[-2000:] if measured.returncode else None}
+    return {
+        "device": device,
+        "dtype": dtype,
+        "tests": junit_summary(junit),
+        "measurements": rows,
+        "measure_error": measured.stderr[-2000:] if measured.returncode else None,
+    }
 
 
 def markdown(report: dict) -> str:
-    lines = [f"# Model families on {report['gpu']}", "",
-             f"torch {report['torch']}, transformers {report['transformers']}, attention "
-             f"{report['attn_implementation']}, {report['date']}", "",
-             "| dtype | tests | failed | skipped |", "|---|---|---|---|"]
+    lines = [
+        f"# Model families on {report['gpu']}",
+        "",
+        f"torch {report['torch']}, transformers {report['transformers']}, attention "
+        f"{report['attn_implementation']}, {report['date']}",
+        "",
+        "| dtype | tests | failed | skipped |",
+        "|---|---|---|---|",
+    ]
     for r in report["runs"]:
         t = r["tests"]
         lines.append(f"| {r['dtype']} | {t['tests']} | {t['failures'] + t['errors']} | {t['skipped']} |")
-    lines += ["", "| family | dtype | log-prob gap | argmax agrees | vision gap | stream s | peak CUDA MiB |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| family | dtype | log-prob gap | argmax agrees | vision gap | stream s | peak CUDA MiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in report["runs"]:
         for m in r["measurements"]:
-            lines.append(f"| {m['family']} | {m['dtype']} | {m['logprob_gap']:.2e} | {m['argmax_agrees']} | "
-                         f"{m['vision_gap']:.2e} | {m['stream_seconds']} | {m['peak_cuda_mib']} |")
+            lines.append(
+                f"| {m['family']} | {m['dtype']} | {m['logprob_gap']:.2e} | {m['argmax_agrees']} | "
+                f"{m['vision_gap']:.2e} | {m['stream_seconds']} | {m['peak_cuda_mib']} |"
+            )
     failed = [name for r in report["runs"] for name in r["tests"]["failed"]]
     lines += ["", "Failed: " + (", ".join(failed) if failed else "none"), ""]
     return "\n".join(lines)
@@ -119,17 +146,25 @@ def main() -> int:
         print(json.dumps(measure()))
         return 0
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("error: no CUDA device visible (check CUDA_VISIBLE_DEVICES and that torch is a CUDA build); "
-              "--device cpu runs the script itself", file=sys.stderr)
+        print(
+            "error: no CUDA device visible (check CUDA_VISIBLE_DEVICES and that torch is a CUDA build); "
+            "--device cpu runs the script itself",
+            file=sys.stderr,
+        )
         return 2
     import transformers
 
     args.out.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"
-    report = {"gpu": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
-              "attn_implementation": os.environ.get("INFINIPOTV_ATTN", "sdpa"), "host": platform.node(),
-              "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "runs": [run_dtype(args.device, dtype, args.out) for dtype in args.dtypes]}
+    report = {
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "attn_implementation": os.environ.get("INFINIPOTV_ATTN", "sdpa"),
+        "host": platform.node(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "runs": [run_dtype(args.device, dtype, args.out) for dtype in args.dtypes],
+    }
     (args.out / "report.json").write_text(json.dumps(report, indent=2))
     (args.out / "report.md").write_text(markdown(report))
     print(markdown(report))

@@ -32,17 +32,42 @@ from infinipotv.models.tokenizer import qwen2_tokenizer
 
 # Qwen2-VL-7B-Instruct's config.json (text and vision towers), written out: nothing is fetched.
 QWEN2VL_7B = {
-    "text": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                 num_attention_heads=28, num_key_value_heads=4, hidden_act="silu", max_position_embeddings=32768,
-                 rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
-                                                     "mrope_section": [16, 24, 24]}),
-    "vision": dict(depth=32, embed_dim=1280, hidden_size=3584, hidden_act="quick_gelu", mlp_ratio=4, num_heads=16,
-                   in_channels=3, patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
+    "text": dict(
+        vocab_size=152064,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        hidden_act="silu",
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
+    ),
+    "vision": dict(
+        depth=32,
+        embed_dim=1280,
+        hidden_size=3584,
+        hidden_act="quick_gelu",
+        mlp_ratio=4,
+        num_heads=16,
+        in_channels=3,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+    ),
 }
 TINY = {
-    "text": dict(vocab_size=151936, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
-                 rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 6, 6]}),
+    "text": dict(
+        vocab_size=151936,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 6, 6]},
+    ),
     "vision": dict(depth=1, embed_dim=32, hidden_size=128, num_heads=2, mlp_ratio=2),
 }
 # (policy, storage, one-shot prefill)
@@ -79,39 +104,62 @@ def tokens_per_model_frame(adapter: Qwen2VLAdapter, frame_hw: tuple[int, int]) -
 def run_mode(adapter: Qwen2VLAdapter, spec: StreamSpec, policy: str, storage: str, n_frames: int) -> dict[str, Any]:
     """One stream of ``n_frames`` raw frames, then a question: the memory curve and the time to its first token."""
     n_tokens = n_frames // adapter.frames_per_step * tokens_per_model_frame(adapter, spec.frame_hw)
-    result = run_stream(adapter, spec, policy, storage, n_tokens, checkpoints=(n_tokens / spec.budget,),
-                        answer_tokens=ANSWER_TOKENS)
+    result = run_stream(
+        adapter, spec, policy, storage, n_tokens, checkpoints=(n_tokens / spec.budget,), answer_tokens=ANSWER_TOKENS
+    )
     mark = result["checkpoints"][-1]
     steps = result["steps"]
     return {
-        "policy": policy, "storage": storage, "peak_bytes": mark["peak_bytes"],
+        "policy": policy,
+        "storage": storage,
+        "peak_bytes": mark["peak_bytes"],
         "peak_with_answer_bytes": mark["peak_with_answer_bytes"],
         "cache_bytes": max(max(s["cache_bytes"], s["cache_bytes_before_pass"] or 0) for s in steps),
-        "first_token_seconds": mark["first_token_seconds"], "answer_seconds": mark["answer_seconds"],
+        "first_token_seconds": mark["first_token_seconds"],
+        "answer_seconds": mark["answer_seconds"],
         "answer_tokens_generated": mark["answer_tokens_generated"],
         "decode_seconds_per_token": mark["decode_seconds_per_token"],
-        "stream_seconds": result["totals"]["stream_seconds"], "compress_share": result["totals"]["compress_share"],
-        "passes": result["totals"]["passes"], "video_tokens": mark["video_tokens"],
-        "curve": [{"frames": (i + 1) * spec.chunk_frames, "peak_bytes": s["peak_bytes"],
-                   "allocated_bytes": s["current_bytes"], "cache_bytes": s["cache_bytes"]}
-                  for i, s in enumerate(steps)],
+        "stream_seconds": result["totals"]["stream_seconds"],
+        "compress_share": result["totals"]["compress_share"],
+        "passes": result["totals"]["passes"],
+        "video_tokens": mark["video_tokens"],
+        "curve": [
+            {
+                "frames": (i + 1) * spec.chunk_frames,
+                "peak_bytes": s["peak_bytes"],
+                "allocated_bytes": s["current_bytes"],
+                "cache_bytes": s["cache_bytes"],
+            }
+            for i, s in enumerate(steps)
+        ],
     }
 
 
 def claims(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The issue's GPU claims, checked on InfiniPot-V's streamed runs of this file."""
     ours = {r["storage"]: r for r in runs if r["mode"] == "InfiniPot-V"}
-    out = [{"claim": f"passes <= {100 * bound:g}% of streaming time ({storage})",
-            "value": ours[storage]["compress_share"], "holds": ours[storage]["compress_share"] <= bound}
-           for storage, bound in CLAIM_SHARE.items()]
+    out = [
+        {
+            "claim": f"passes <= {100 * bound:g}% of streaming time ({storage})",
+            "value": ours[storage]["compress_share"],
+            "holds": ours[storage]["compress_share"] <= bound,
+        }
+        for storage, bound in CLAIM_SHARE.items()
+    ]
     ratio = ours["int4"]["stream_seconds"] / ours["bf16"]["stream_seconds"]
-    out.append({"claim": f"int4 stream <= {CLAIM_INT4_OVER_BF16:g}x the bf16 stream", "value": ratio,
-                "holds": ratio <= CLAIM_INT4_OVER_BF16})
+    out.append(
+        {
+            "claim": f"int4 stream <= {CLAIM_INT4_OVER_BF16:g}x the bf16 stream",
+            "value": ratio,
+            "holds": ratio <= CLAIM_INT4_OVER_BF16,
+        }
+    )
     return out
 
 
-def profile(adapter: Qwen2VLAdapter, spec: StreamSpec, storage: str, n_frames: int, device: torch.device
-            ) -> list[dict[str, Any]]:
+def profile(
+    adapter: Qwen2VLAdapter, spec: StreamSpec, storage: str, n_frames: int, device: torch.device
+) -> list[dict[str, Any]]:
     """Where an InfiniPot-V stream's time goes: ``torch.profiler`` over a short stream, the operators with the most
     self time on the device (the CPU where there is no GPU), ``PROFILE_ROWS`` of them."""
     from torch.profiler import ProfilerActivity
@@ -124,16 +172,22 @@ def profile(adapter: Qwen2VLAdapter, spec: StreamSpec, storage: str, n_frames: i
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[:PROFILE_ROWS]
     total = sum(getattr(e, key) for e in prof.key_averages()) or 1.0
-    return [{"op": e.key, "calls": e.count, "self_ms": getattr(e, key) / 1e3, "share": getattr(e, key) / total}
-            for e in events]
+    return [
+        {"op": e.key, "calls": e.count, "self_ms": getattr(e, key) / 1e3, "share": getattr(e, key) / total}
+        for e in events
+    ]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     p.add_argument("--frames", type=int, default=768, help="raw frames per stream (the paper: 768 at 2 fps)")
-    p.add_argument("--profile-frames", type=int, default=256,
-                   help="raw frames of the profiled InfiniPot-V int4 stream (0: no profile)")
+    p.add_argument(
+        "--profile-frames",
+        type=int,
+        default=256,
+        help="raw frames of the profiled InfiniPot-V int4 stream (0: no profile)",
+    )
     args = parse(p, argv)
     if args.smoke:
         device, dtype, shape, frames = torch.device("cpu"), torch.float32, TINY, 48
@@ -151,15 +205,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs.append({"mode": mode, **run_mode(adapter, mode_spec, policy, storage, frames)})
         gc.collect()
         release(device)
-        print(f"{mode:16s} {storage:5s} peak {runs[-1]['peak_bytes'] / 2**30:7.2f} GiB  "
-              f"ttft {runs[-1]['first_token_seconds']:.3f} s  stream {runs[-1]['stream_seconds']:.1f} s", flush=True)
+        print(
+            f"{mode:16s} {storage:5s} peak {runs[-1]['peak_bytes'] / 2**30:7.2f} GiB  "
+            f"ttft {runs[-1]['first_token_seconds']:.3f} s  stream {runs[-1]['stream_seconds']:.1f} s",
+            flush=True,
+        )
     mode_spec = StreamSpec(spec.model, spec.frame_hw, spec.chunk_frames, spec.budget)
     top = profile(adapter, mode_spec, "int4", args.profile_frames, device) if args.profile_frames else []
-    data = {"model": spec.model, "dtype": str(dtype).removeprefix("torch."), "frames": frames,
-            "frame_hw": spec.frame_hw, "budget": spec.budget,
-            "tokens_per_frame": tokens_per_model_frame(adapter, spec.frame_hw), "answer_tokens": ANSWER_TOKENS,
-            "weights_bytes": sum(t.nbytes for t in adapter.model.parameters()), "runs": runs,
-            "claims": claims(runs), "profile": {"frames": args.profile_frames, "storage": "int4", "rows": top}}
+    data = {
+        "model": spec.model,
+        "dtype": str(dtype).removeprefix("torch."),
+        "frames": frames,
+        "frame_hw": spec.frame_hw,
+        "budget": spec.budget,
+        "tokens_per_frame": tokens_per_model_frame(adapter, spec.frame_hw),
+        "answer_tokens": ANSWER_TOKENS,
+        "weights_bytes": sum(t.nbytes for t in adapter.model.parameters()),
+        "runs": runs,
+        "claims": claims(runs),
+        "profile": {"frames": args.profile_frames, "storage": "int4", "rows": top},
+    }
     write_result(args.out, "gpu_table_a4", data, args.smoke, device)
     return data
 

@@ -52,8 +52,18 @@ SMOKE_SIZES = {"hw": (72, 128), "base_frames": 16, "fps": 2, "overrides": ["comp
 
 def run_config(sizes: dict[str, Any]) -> RunConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return as_run_config(compose("config", overrides=[
-            "model=tiny_qwen2vl", "model.max_frames=100000", "compress=tar_van_pool", "quant=fp16", *sizes["overrides"]]))
+        return as_run_config(
+            compose(
+                "config",
+                overrides=[
+                    "model=tiny_qwen2vl",
+                    "model.max_frames=100000",
+                    "compress=tar_van_pool",
+                    "quant=fp16",
+                    *sizes["overrides"],
+                ],
+            )
+        )
 
 
 def frames(hw: tuple[int, int], n: int, scene_frames: int = 8, seed: int = 0) -> Iterator[np.ndarray]:
@@ -64,7 +74,7 @@ def frames(hw: tuple[int, int], n: int, scene_frames: int = 8, seed: int = 0) ->
         scene = rng.integers(0, 200, size=(9, 16, 3), dtype=np.uint8)
         frame = np.repeat(np.repeat(scene, -(-h // 9), axis=0)[:h], -(-w // 16), axis=1)[:, :w].copy()
         x = (i * w // 32) % w
-        frame[:, x:x + max(2, w // 64)] = 255
+        frame[:, x : x + max(2, w // 64)] = 255
         yield frame
 
 
@@ -88,17 +98,24 @@ def stream(cfg: RunConfig, parts: Any, path: Path, mode: str) -> dict[str, Any]:
         whole = np.stack(list(decode_planned(plan)))
         wait = time.perf_counter() - t0
         for start in range(0, len(whole), chunk):
-            session.feed(whole[start:start + chunk], len(plan) / plan.info.duration_s)
+            session.feed(whole[start : start + chunk], len(plan) / plan.info.duration_s)
         n = len(whole)
         del whole
     session.finish()
     session.ask(QUESTION, max_new_tokens=2)
     wall = time.perf_counter() - t0
     passes = sum(s.compress.passes for s in session.trace if s.compress)
-    return {"frames": n, "wall_seconds": wall, "wait_seconds": wait, "wait_share": wait / wall, "passes": passes,
-            "peak_video_tokens": max(s.video_tokens for s in session.trace),
-            "baseline_rss_bytes": session.peak.baseline, "peak_rss_bytes": session.peak.read(),
-            "peak_method": session.peak.method}
+    return {
+        "frames": n,
+        "wall_seconds": wall,
+        "wait_seconds": wait,
+        "wait_share": wait / wall,
+        "passes": passes,
+        "peak_video_tokens": max(s.video_tokens for s in session.trace),
+        "baseline_rss_bytes": session.peak.baseline,
+        "peak_rss_bytes": session.peak.read(),
+        "peak_method": session.peak.method,
+    }
 
 
 def measure(sizes: dict[str, Any], mode: str, video: Path, warm_video: Path) -> dict[str, Any]:
@@ -113,10 +130,16 @@ def measure(sizes: dict[str, Any], mode: str, video: Path, warm_video: Path) -> 
 def _in_subprocess(sizes: dict[str, Any], mode: str, video: Path, warm: Path, threads: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         spec, out = Path(tmp) / "job.json", Path(tmp) / "result.json"
-        spec.write_text(json.dumps({"sizes": sizes, "mode": mode, "video": str(video), "warm": str(warm),
-                                    "threads": threads}))
-        done = subprocess.run([sys.executable, "-m", "bench.host_memory", "--worker", str(spec), str(out)], cwd=ROOT,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+        spec.write_text(
+            json.dumps({"sizes": sizes, "mode": mode, "video": str(video), "warm": str(warm), "threads": threads})
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.host_memory", "--worker", str(spec), str(out)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+        )
         if done.returncode:
             raise RuntimeError(f"host-memory worker for {mode}/{video.name} failed:\n{done.stderr[-3000:]}")
         return json.loads(out.read_text())
@@ -135,23 +158,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sizes = SMOKE_SIZES if args.smoke else SIZES
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        videos = {m: write_video(Path(tmp) / f"{m}x.mp4", frames(sizes["hw"], m * sizes["base_frames"]), sizes["fps"])
-                  for m in MULTIPLES}
+        videos = {
+            m: write_video(Path(tmp) / f"{m}x.mp4", frames(sizes["hw"], m * sizes["base_frames"]), sizes["fps"])
+            for m in MULTIPLES
+        }
         warm = write_video(Path(tmp) / "warm.mp4", frames(sizes["hw"], sizes["base_frames"] // 2, seed=1), sizes["fps"])
         for mode in MODES:
             for multiple, video in videos.items():
                 # the smoke run stays in-process (seconds); measurements each get a fresh process
-                result = (measure(sizes, mode, video, warm) if args.smoke
-                          else _in_subprocess(sizes, mode, video, warm, args.threads))
+                result = (
+                    measure(sizes, mode, video, warm)
+                    if args.smoke
+                    else _in_subprocess(sizes, mode, video, warm, args.threads)
+                )
                 runs.append({**result, "multiple": multiple})
-                print(f"{mode:6s} {multiple:3d}x {result['frames']:5d} frames  peak RSS "
-                      f"{result['peak_rss_bytes'] / 2**20:8.1f} MiB  wait {100 * result['wait_share']:5.1f}%",
-                      flush=True)
+                print(
+                    f"{mode:6s} {multiple:3d}x {result['frames']:5d} frames  peak RSS "
+                    f"{result['peak_rss_bytes'] / 2**20:8.1f} MiB  wait {100 * result['wait_share']:5.1f}%",
+                    flush=True,
+                )
     peak = {(r["mode"], r["multiple"]): r["peak_rss_bytes"] for r in runs}
     ratios = {mode: peak[(mode, MULTIPLES[-1])] / peak[(mode, MULTIPLES[0])] for mode in MODES}
-    data = {"sizes": sizes, "multiples": MULTIPLES, "tolerance": FLAT_TOLERANCE, "runs": runs,
-            "peak_ratio": ratios, "stream_flat": ratios["stream"] <= 1 + FLAT_TOLERANCE,
-            "command": "python -m bench.host_memory" + (" --smoke" if args.smoke else "")}
+    data = {
+        "sizes": sizes,
+        "multiples": MULTIPLES,
+        "tolerance": FLAT_TOLERANCE,
+        "runs": runs,
+        "peak_ratio": ratios,
+        "stream_flat": ratios["stream"] <= 1 + FLAT_TOLERANCE,
+        "command": "python -m bench.host_memory" + (" --smoke" if args.smoke else ""),
+    }
     write_result(args.out, "host_memory", data, args.smoke, torch.device("cpu"))
     return data
 

@@ -41,8 +41,9 @@ GROUP = 32
 COPY_FACTOR = 5.0  # issue 19: quantize and dequantize within 5x of a plain copy of the same tensor
 
 
-def timings(fn: Callable[..., Any], reps: int, device: torch.device,
-            setup: Callable[[], Any] | None = None) -> dict[str, float]:
+def timings(
+    fn: Callable[..., Any], reps: int, device: torch.device, setup: Callable[[], Any] | None = None
+) -> dict[str, float]:
     """Median and fastest wall time of ``fn`` over ``reps`` back-to-back runs after one warm-up (device work
     included); ``setup``, untimed, makes a fresh argument for each run (an operation that changes its input, such as
     ``keep``). The claims use the fastest: on a shared machine it is the run other processes disturbed least, and
@@ -75,8 +76,7 @@ def reference_dequantize(q: torch.Tensor, scale: torch.Tensor, mn: torch.Tensor,
     return (q.to(scale.dtype) * scale + mn).view(shape)
 
 
-def quanto_pair(x: torch.Tensor, bits: int, axis: str
-                ) -> tuple[Callable[[], Any], Callable[[], torch.Tensor]] | None:
+def quanto_pair(x: torch.Tensor, bits: int, axis: str) -> tuple[Callable[[], Any], Callable[[], torch.Tensor]] | None:
     """optimum-quanto's quantize and dequantize of the same groups, or None when it is not installed."""
     try:
         from optimum import quanto
@@ -102,14 +102,17 @@ def error_check(x: torch.Tensor, y: torch.Tensor, q: QuantizedTensor) -> dict[st
     scale, zero = expand(q.scale, q.group_size).double(), expand(q.zero, q.group_size).double()
     err = (y.double() - x.double()).abs()
     slack = 4 * torch.finfo(x.dtype).eps / 2 * (levels(q.bits) * scale + x.double().abs() + zero.abs())
-    return {"max_half_steps": float((err / torch.where(scale > 0, scale / 2, 1.0)).max()),
-            "within_bound": bool((err <= 0.5 * scale + slack).all())}
+    return {
+        "max_half_steps": float((err / torch.where(scale > 0, scale / 2, 1.0)).max()),
+        "within_bound": bool((err <= 0.5 * scale + slack).all()),
+    }
 
 
 def _within(context: Callable[[], Any], fn: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> Any:
         with context():
             return fn()
+
     return run
 
 
@@ -135,13 +138,17 @@ def codec_rows(x: torch.Tensor, bits: int, reps: int) -> list[dict[str, Any]]:
             path = native.torch_path if impl == "ours_torch" else nullcontext
             with path():
                 y = dequant()
-            errors[impl] = {} if impl == "copy" else {**error_check(x, y, ours),
-                                                      "dequantized_equals_ours": bool(torch.equal(y, mine))}
+            errors[impl] = (
+                {}
+                if impl == "copy"
+                else {**error_check(x, y, ours), "dequantized_equals_ours": bool(torch.equal(y, mine))}
+            )
             for op, fn in (("quantize", quant), ("dequantize", dequant)):
                 fns[(impl, op)] = _within(path, fn)
         for (impl, op), fn in fns.items():
-            rows.append({"bits": bits, "axis": axis, "op": op, "impl": impl, **timings(fn, reps, x.device),
-                         **errors[impl]})
+            rows.append(
+                {"bits": bits, "axis": axis, "op": op, "impl": impl, **timings(fn, reps, x.device), **errors[impl]}
+            )
     return rows
 
 
@@ -154,6 +161,7 @@ def store_rows(keys: torch.Tensor, values: torch.Tensor, reps: int) -> list[dict
     rows = []
     makers = {"kivi_int4": lambda: KiviStore(4, GROUP, 128, keys.dtype), "full_precision": FullPrecisionStore}
     for impl, make in makers.items():
+
         def filled() -> Any:
             store = make()
             store.append(keys, values, ids)
@@ -178,8 +186,15 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by = {(r["bits"], r["axis"], r["op"], r["impl"]): r["min_seconds"] for r in rows}
     for (bits, axis, op, impl), s in by.items():
         if impl != "ours":
-            out.append({"bits": bits, "axis": axis, "op": op, "against": impl,
-                        "ours_over_other": by[(bits, axis, op, "ours")] / s})
+            out.append(
+                {
+                    "bits": bits,
+                    "axis": axis,
+                    "op": op,
+                    "against": impl,
+                    "ours_over_other": by[(bits, axis, op, "ours")] / s,
+                }
+            )
     return out
 
 
@@ -187,8 +202,11 @@ def claims(ratio_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The issue's CPU claims, checked on this run's ratios: ours at least as fast as the reference and quanto,
     and within ``COPY_FACTOR`` of a copy, for every bit width, axis and operation."""
     bound = {"reference": 1.0, "quanto": 1.0, "copy": COPY_FACTOR}
-    return [{**r, "bound": bound[r["against"]], "holds": r["ours_over_other"] <= bound[r["against"]]}
-            for r in ratio_rows if r["against"] in bound]
+    return [
+        {**r, "bound": bound[r["against"]], "holds": r["ours_over_other"] <= bound[r["against"]]}
+        for r in ratio_rows
+        if r["against"] in bound
+    ]
 
 
 def stream_model(heads: int, head_dim: int, layers: int, dtype: torch.dtype) -> Any:
@@ -196,9 +214,16 @@ def stream_model(heads: int, head_dim: int, layers: int, dtype: torch.dtype) -> 
     7B layer, a fraction of its matmuls."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=1024, hidden_size=heads * head_dim, intermediate_size=2 * heads * head_dim,
-                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-                         head_dim=head_dim, max_position_embeddings=1 << 16)
+    config = LlamaConfig(
+        vocab_size=1024,
+        hidden_size=heads * head_dim,
+        intermediate_size=2 * heads * head_dim,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=head_dim,
+        max_position_embeddings=1 << 16,
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(config).to(dtype).eval()
 
@@ -214,16 +239,25 @@ def stream_rows(model: Any, tokens: int, chunk: int, bits: tuple[int, ...]) -> l
     dtype = next(model.parameters()).dtype
     try:
         import optimum.quanto  # noqa: F401
+
         quanto = True
     except ImportError:
         quanto = False
-    makers: list[tuple[str, int | None, Callable[[], Any]]] = [("dynamic_cache", None,
-                                                                lambda: DynamicCache(config=config))]
+    makers: list[tuple[str, int | None, Callable[[], Any]]] = [
+        ("dynamic_cache", None, lambda: DynamicCache(config=config))
+    ]
     for b in bits:
         makers.append(("kivi_store", b, lambda b=b: StreamCache(layers, lambda: KiviStore(b, GROUP, 128, dtype))))
         if quanto:
-            makers.append(("quanto_cache", b, lambda b=b: QuantizedCache(
-                "quanto", config, nbits=b, axis_key=-1, axis_value=0, q_group_size=GROUP, residual_length=128)))
+            makers.append(
+                (
+                    "quanto_cache",
+                    b,
+                    lambda b=b: QuantizedCache(
+                        "quanto", config, nbits=b, axis_key=-1, axis_value=0, q_group_size=GROUP, residual_length=128
+                    ),
+                )
+            )
     rows, first = [], None
     for impl, b, make in makers:
         cache, steps = make(), []
@@ -232,13 +266,24 @@ def stream_rows(model: Any, tokens: int, chunk: int, bits: tuple[int, ...]) -> l
                 if isinstance(cache, StreamCache):
                     cache.commit(torch.arange(start, min(start + chunk, tokens)))
                 t0 = time.perf_counter()
-                logits = model(input_ids=ids[:, start:start + chunk], cache=cache, use_cache=True,
-                               logits_to_keep=1).logits[0, -1].float()
+                logits = (
+                    model(input_ids=ids[:, start : start + chunk], cache=cache, use_cache=True, logits_to_keep=1)
+                    .logits[0, -1]
+                    .float()
+                )
                 steps.append(time.perf_counter() - t0)
         logp = logits.log_softmax(-1)
         first = logp if first is None else first
-        rows.append({"impl": impl, "bits": b, "stream_seconds": sum(steps), "last_step_seconds": steps[-1],
-                     "steps": len(steps), "max_logprob_gap_to_dynamic": float((logp - first).abs().max())})
+        rows.append(
+            {
+                "impl": impl,
+                "bits": b,
+                "stream_seconds": sum(steps),
+                "last_step_seconds": steps[-1],
+                "steps": len(steps),
+                "max_logprob_gap_to_dynamic": float((logp - first).abs().max()),
+            }
+        )
     return rows
 
 
@@ -269,14 +314,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ratio_rows = ratios(codec)
     model = stream_model(args.heads, args.head_dim, args.stream_layers, dtype).to(device)
     data = {
-        "shape": {"heads": args.heads, "tokens": args.tokens, "head_dim": args.head_dim, "dtype": args.dtype,
-                  "group_size": GROUP, "mib_per_tensor": mib},
+        "shape": {
+            "heads": args.heads,
+            "tokens": args.tokens,
+            "head_dim": args.head_dim,
+            "dtype": args.dtype,
+            "group_size": GROUP,
+            "mib_per_tensor": mib,
+        },
         "native_kernels": native.library() is not None and device.type == "cpu",
         "copy_factor": COPY_FACTOR,
-        "codec": codec, "ratios": ratio_rows, "claims": claims(ratio_rows),
+        "codec": codec,
+        "ratios": ratio_rows,
+        "claims": claims(ratio_rows),
         "store": store_rows(keys, values, args.reps),
-        "stream": {"tokens": args.stream_tokens, "chunk": args.stream_chunk, "layers": args.stream_layers,
-                   "rows": stream_rows(model, args.stream_tokens, args.stream_chunk, (4, 2))},
+        "stream": {
+            "tokens": args.stream_tokens,
+            "chunk": args.stream_chunk,
+            "layers": args.stream_layers,
+            "rows": stream_rows(model, args.stream_tokens, args.stream_chunk, (4, 2)),
+        },
     }
     write_result(args.out, "kivi_throughput", data, args.smoke, device)
     return data

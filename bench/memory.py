@@ -39,10 +39,22 @@ CONFIGS = tuple((policy, quant, False) for policy, quant in PAIRS) + (("tar_van_
 MULTIPLES = (1.0, 4.0, 16.0)
 CACHE_SHAPE = {"options.num_layers": 4, "options.hidden_size": 256, "options.num_heads": 2, "options.num_kv_heads": 2}
 # |M| = 8 chunks and |M| - |C| = 2 chunks: every pass starts from exactly |M| tokens, so peaks compare across passes.
-SPEC = StreamSpec("tiny_qwen2vl", frame_hw=(224, 224), chunk_frames=4, budget=1024,
-                  overrides={**CACHE_SHAPE, "max_pixels": 224 * 224}, storage_dtype="float16")
-SMOKE_SPEC = StreamSpec("tiny_qwen2vl", frame_hw=(112, 112), chunk_frames=2, budget=128,
-                        overrides={"options.num_layers": 1}, storage_dtype="float16")
+SPEC = StreamSpec(
+    "tiny_qwen2vl",
+    frame_hw=(224, 224),
+    chunk_frames=4,
+    budget=1024,
+    overrides={**CACHE_SHAPE, "max_pixels": 224 * 224},
+    storage_dtype="float16",
+)
+SMOKE_SPEC = StreamSpec(
+    "tiny_qwen2vl",
+    frame_hw=(112, 112),
+    chunk_frames=2,
+    budget=128,
+    overrides={"options.num_layers": 1},
+    storage_dtype="float16",
+)
 FLAT_TOLERANCE = 0.02
 
 
@@ -50,8 +62,9 @@ def measure(spec: StreamSpec, policy: str, quant: str, in_bytes: bool) -> dict[s
     """One configuration, streamed to the largest multiple of the budget."""
     adapter = load_model(spec.model, **spec.overrides)
     warm_up(adapter, spec, policy, quant)
-    result = run_stream(adapter, spec, policy, quant, int(max(MULTIPLES) * spec.budget), checkpoints=MULTIPLES,
-                        in_bytes=in_bytes)
+    result = run_stream(
+        adapter, spec, policy, quant, int(max(MULTIPLES) * spec.budget), checkpoints=MULTIPLES, in_bytes=in_bytes
+    )
     result["model_shape"] = {"layers": adapter.n_layers, "kv_heads": adapter.n_kv_heads, "head_dim": adapter.head_dim}
     return result
 
@@ -59,11 +72,19 @@ def measure(spec: StreamSpec, policy: str, quant: str, in_bytes: bool) -> dict[s
 def _in_subprocess(spec: StreamSpec, policy: str, quant: str, in_bytes: bool, threads: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         job, out = Path(tmp) / "job.json", Path(tmp) / "result.json"
-        job.write_text(json.dumps({"spec": spec.describe(), "policy": policy, "quant": quant, "in_bytes": in_bytes,
-                                   "threads": threads}))
+        job.write_text(
+            json.dumps(
+                {"spec": spec.describe(), "policy": policy, "quant": quant, "in_bytes": in_bytes, "threads": threads}
+            )
+        )
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        done = subprocess.run([sys.executable, "-m", "bench.memory", "--worker", str(job), str(out)], cwd=ROOT,
-                              env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.memory", "--worker", str(job), str(out)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if done.returncode:
             raise RuntimeError(f"memory worker for {policy}/{quant} failed:\n{done.stderr[-3000:]}")
         return json.loads(out.read_text())
@@ -77,10 +98,14 @@ def flatness(result: dict[str, Any]) -> dict[str, Any]:
     peak_ratio = last["peak_bytes"] / first["peak_bytes"]
     cache_ratio = last["peak_cache_bytes"] / first["peak_cache_bytes"]
     return {
-        "from_multiple": first["multiple"], "to_multiple": last["multiple"],
-        "peak_ratio": peak_ratio, "peak_growth_bytes": last["peak_bytes"] - first["peak_bytes"],
-        "cache_peak_ratio": cache_ratio, "cache_growth_bytes": last["peak_cache_bytes"] - first["peak_cache_bytes"],
-        "peak_flat": peak_ratio <= 1 + FLAT_TOLERANCE, "cache_flat": cache_ratio <= 1 + FLAT_TOLERANCE,
+        "from_multiple": first["multiple"],
+        "to_multiple": last["multiple"],
+        "peak_ratio": peak_ratio,
+        "peak_growth_bytes": last["peak_bytes"] - first["peak_bytes"],
+        "cache_peak_ratio": cache_ratio,
+        "cache_growth_bytes": last["peak_cache_bytes"] - first["peak_cache_bytes"],
+        "peak_flat": peak_ratio <= 1 + FLAT_TOLERANCE,
+        "cache_flat": cache_ratio <= 1 + FLAT_TOLERANCE,
     }
 
 
@@ -92,6 +117,7 @@ def analytic_match(result: dict[str, Any]) -> dict[str, Any]:
     assumes full key groups (eviction thins them: each live group keeps its scale/zero row for fewer tokens) and
     counts the full-precision window at its largest (R + G - 1 tokens, so on a short cache it sits above the
     measure)."""
+
     def ratios(figure: str) -> tuple[dict[float, float], float]:
         at = {c["multiple"]: c["cache_bytes"] / c[figure] for c in result["checkpoints"]}
         steps = [s["cache_bytes"] / s[figure] for s in result["steps"]]
@@ -99,9 +125,13 @@ def analytic_match(result: dict[str, Any]) -> dict[str, Any]:
 
     layout, worst = ratios("layout_bytes")
     full_group, full_group_worst = ratios("analytic_bytes")
-    return {"ratios": layout, "worst_step_ratio": worst,
-            "within_2pct": abs(worst - 1) <= FLAT_TOLERANCE,
-            "full_group_ratios": full_group, "full_group_worst_step_ratio": full_group_worst}
+    return {
+        "ratios": layout,
+        "worst_step_ratio": worst,
+        "within_2pct": abs(worst - 1) <= FLAT_TOLERANCE,
+        "full_group_ratios": full_group,
+        "full_group_worst_step_ratio": full_group_worst,
+    }
 
 
 def cap_match(result: dict[str, Any]) -> dict[str, Any]:
@@ -111,8 +141,10 @@ def cap_match(result: dict[str, Any]) -> dict[str, Any]:
     cap, budget, steps = result["byte_cap"], result["budget"], result["steps"]
     ends = [c["streamed_tokens"] for c in result["checkpoints"]]
     # the steps of each stretch of the stream: up to the first checkpoint, then between consecutive ones
-    stretches = {c["multiple"]: [s for s in steps if lo < s["streamed_tokens"] <= hi]
-                 for c, lo, hi in zip(result["checkpoints"], [0] + ends, ends)}
+    stretches = {
+        c["multiple"]: [s for s in steps if lo < s["streamed_tokens"] <= hi]
+        for c, lo, hi in zip(result["checkpoints"], [0] + ends, ends)
+    }
     return {
         "after_step_ratios": {m: max(s["cache_bytes"] for s in part) / cap for m, part in stretches.items()},
         "tokens_held_ratios": {m: max(s["video_tokens"] for s in part) / budget for m, part in stretches.items()},
@@ -136,8 +168,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runs = []
     for policy, quant, in_bytes in CONFIGS:
         # the smoke run stays in-process (seconds); measurements each get a fresh process
-        result = (measure(spec, policy, quant, in_bytes) if args.smoke
-                  else _in_subprocess(spec, policy, quant, in_bytes, args.threads))
+        result = (
+            measure(spec, policy, quant, in_bytes)
+            if args.smoke
+            else _in_subprocess(spec, policy, quant, in_bytes, args.threads)
+        )
         result["flatness"] = flatness(result)
         if quant != "fp16":
             result["analytic"] = analytic_match(result)
@@ -145,8 +180,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result["cap"] = cap_match(result)
         runs.append(result)
         f = result["flatness"]
-        print(f"{policy:13s} {quant:5s} {'bytes' if in_bytes else 'tokens':6s} peak 16x/1x {f['peak_ratio']:.4f}  cache 16x/1x {f['cache_peak_ratio']:.3f}",
-              flush=True)
+        print(
+            f"{policy:13s} {quant:5s} {'bytes' if in_bytes else 'tokens':6s} peak 16x/1x {f['peak_ratio']:.4f}  "
+            f"cache 16x/1x {f['cache_peak_ratio']:.3f}",
+            flush=True,
+        )
     data = {"spec": spec.describe(), "multiples": MULTIPLES, "tolerance": FLAT_TOLERANCE, "runs": runs}
     write_result(args.out, "memory", data, args.smoke, torch.device(runs[0]["device"]))
     return data

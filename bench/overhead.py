@@ -29,16 +29,22 @@ CLAIM = 0.01  # InfiniPot-V's "almost no cost in time", as the issue states it: 
 TINY = {f"options.{k}": v for k, v in TINY_SHAPE.items()}
 # Frames sized so that a chunk stays under |M| - |C| = 1500 tokens (spec: a chunk must be smaller than that).
 MODELS = {
-    "symbolic": StreamSpec("symbolic", frame_hw=glyphs.frame_size((3, 4)), chunk_frames=64,
-                           glyph_patch=glyphs.DEFAULT_PATCH),
-    "tiny_qwen2vl": StreamSpec("tiny_qwen2vl", frame_hw=(224, 224), chunk_frames=16,
-                               overrides={**TINY, "max_pixels": 224 * 224}),
-    "tiny_qwen25vl": StreamSpec("tiny_qwen25vl", frame_hw=(224, 224), chunk_frames=16,
-                                overrides={**TINY, "max_pixels": 224 * 224}),
+    "symbolic": StreamSpec(
+        "symbolic", frame_hw=glyphs.frame_size((3, 4)), chunk_frames=64, glyph_patch=glyphs.DEFAULT_PATCH
+    ),
+    "tiny_qwen2vl": StreamSpec(
+        "tiny_qwen2vl", frame_hw=(224, 224), chunk_frames=16, overrides={**TINY, "max_pixels": 224 * 224}
+    ),
+    "tiny_qwen25vl": StreamSpec(
+        "tiny_qwen25vl", frame_hw=(224, 224), chunk_frames=16, overrides={**TINY, "max_pixels": 224 * 224}
+    ),
     "tiny_llava_ov": StreamSpec("tiny_llava_ov", frame_hw=(84, 84), chunk_frames=64, overrides=TINY),
 }
-SMOKE = {"tiny_qwen2vl": StreamSpec("tiny_qwen2vl", frame_hw=(112, 112), chunk_frames=2, budget=128,
-                                    overrides={**TINY, "options.num_layers": 1})}
+SMOKE = {
+    "tiny_qwen2vl": StreamSpec(
+        "tiny_qwen2vl", frame_hw=(112, 112), chunk_frames=2, budget=128, overrides={**TINY, "options.num_layers": 1}
+    )
+}
 MAIN_POLICY = "tar_van_pool"
 
 
@@ -50,8 +56,13 @@ def plan(smoke: bool, only: list[str] | None = None) -> list[tuple[str, StreamSp
     """(model, spec, [(policy, quant)]): InfiniPot-V in fp16 and int4 on every model (the symbolic one when its
     adapter is installed), and every evicting policy on the tiny Qwen2-VL (a symbolic stream takes minutes)."""
     if smoke:
-        return [("tiny_qwen2vl", SMOKE["tiny_qwen2vl"], [(MAIN_POLICY, "fp16"), ("uniform_tokens", "fp16"),
-                                                        (MAIN_POLICY, "int4")])]
+        return [
+            (
+                "tiny_qwen2vl",
+                SMOKE["tiny_qwen2vl"],
+                [(MAIN_POLICY, "fp16"), ("uniform_tokens", "fp16"), (MAIN_POLICY, "int4")],
+            )
+        ]
     out = []
     for name, spec in MODELS.items():
         if (spec.model == "symbolic" and "symbolic" not in ADAPTERS) or (only and name not in only):
@@ -73,22 +84,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for policy, quant in configs:
             result = run_stream(adapter, spec, policy, quant, int(STREAM_MULTIPLE * spec.budget), probe=False)
             t = result["totals"]
-            print(f"{name:14s} {policy:15s} {quant:5s} passes {t['steady_passes']:2d}  "
-                  f"share {100 * t['steady_compress_share']:.2f}%  ({t['steady_compress_seconds']:.2f} s of "
-                  f"{t['steady_stream_seconds']:.1f} s)", flush=True)
-            rows.append({
-                "model": name, "policy": policy, "quant": quant, **t,
-                "seconds_per_pass": t["steady_compress_seconds"] / max(t["steady_passes"], 1),
-                "model_shape": {"layers": adapter.n_layers, "kv_heads": adapter.n_kv_heads,
-                                "head_dim": adapter.head_dim, "dtype": str(adapter.dtype).removeprefix("torch.")},
-                "tokens_per_frame": result["tokens_per_frame"], "chunk_tokens": result["tokens_per_frame"]
-                * spec.chunk_frames // adapter.frames_per_step,
-            })
+            print(
+                f"{name:14s} {policy:15s} {quant:5s} passes {t['steady_passes']:2d}  "
+                f"share {100 * t['steady_compress_share']:.2f}%  ({t['steady_compress_seconds']:.2f} s of "
+                f"{t['steady_stream_seconds']:.1f} s)",
+                flush=True,
+            )
+            rows.append(
+                {
+                    "model": name,
+                    "policy": policy,
+                    "quant": quant,
+                    **t,
+                    "seconds_per_pass": t["steady_compress_seconds"] / max(t["steady_passes"], 1),
+                    "model_shape": {
+                        "layers": adapter.n_layers,
+                        "kv_heads": adapter.n_kv_heads,
+                        "head_dim": adapter.head_dim,
+                        "dtype": str(adapter.dtype).removeprefix("torch."),
+                    },
+                    "tokens_per_frame": result["tokens_per_frame"],
+                    "chunk_tokens": result["tokens_per_frame"] * spec.chunk_frames // adapter.frames_per_step,
+                }
+            )
         del adapter
     claim_model = "symbolic" if any(r["model"] == "symbolic" for r in rows) else None
     data = {
-        "budget": PAPER_BUDGET if not args.smoke else SMOKE["tiny_qwen2vl"].budget, "c_ratio": 0.75,
-        "stream_multiple": STREAM_MULTIPLE, "claim": CLAIM, "claim_model": claim_model, "rows": rows,
+        "budget": PAPER_BUDGET if not args.smoke else SMOKE["tiny_qwen2vl"].budget,
+        "c_ratio": 0.75,
+        "stream_multiple": STREAM_MULTIPLE,
+        "claim": CLAIM,
+        "claim_model": claim_model,
+        "rows": rows,
     }
     write_result(args.out, "overhead", data, args.smoke, device)
     return data

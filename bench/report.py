@@ -3,8 +3,8 @@
     python -m bench.report [--out results/perf]
 
 The bench scripts write only their JSON; this command renders the report from whatever JSON is there, so it shows
-the latest results of each bench; a section whose JSON is missing says which command produces it. Checks (the claims of the issue) are
-computed here from the data, with the measured values next to them.
+the latest results of each bench; a section whose JSON is missing says which command produces it. Checks (the
+claims of the issue) are computed here from the data, with the measured values next to them.
 """
 
 from __future__ import annotations
@@ -63,17 +63,23 @@ def memory_section(data: dict[str, Any], out: Path) -> list[str]:
     spec, runs = data["spec"], data["runs"]
     tol = 100 * data["tolerance"]
     lines = [
-        "## 1. Memory against frames streamed", _header(data), "",
+        "## 1. Memory against frames streamed",
+        _header(data),
+        "",
         f"Model `{spec['model']}` ({_shape(runs[0]['model_shape'])}), frames {spec['frame_hw'][0]} x "
         f"{spec['frame_hw'][1]}, {spec['chunk_frames']} raw "
         f"frames per chunk, |M| = {spec['budget']}, c_ratio {spec['c_ratio']}. Peak: {runs[0]['peak_method']} "
         "(reset after loading and warm-up), each configuration in its own process. Cache bytes: what the stores' "
-        "tensors occupy (`store.nbytes()`), including the largest moment of each step with a pass.", "",
-        "| policy / storage | peak at " + " | peak at ".join(f"{m:g}x" for m in data["multiples"])
+        "tensors occupy (`store.nbytes()`), including the largest moment of each step with a pass.",
+        "",
+        "| policy / storage | peak at "
+        + " | peak at ".join(f"{m:g}x" for m in data["multiples"])
         + f" (MiB) | peak 16x / 1x | peak flat (the claim, within {tol:g}%) | cache peak 16x / 1x | cache flat "
-        f"(within {tol:g}%) | int4 measured / layout figure at " + ", ".join(f"{m:g}x" for m in data["multiples"])
+        f"(within {tol:g}%) | int4 measured / layout figure at "
+        + ", ".join(f"{m:g}x" for m in data["multiples"])
         + f" (worst step; all within {tol:g}%) | int4 measured / full-group figure at "
-        + ", ".join(f"{m:g}x" for m in data["multiples"]) + " |",
+        + ", ".join(f"{m:g}x" for m in data["multiples"])
+        + " |",
         "|---|" + "---:|" * len(data["multiples"]) + "---:|---|---:|---|---|---|",
     ]
     for run in runs:
@@ -83,21 +89,30 @@ def memory_section(data: dict[str, Any], out: Path) -> list[str]:
         peak_flat = "no cap" if grows else _mark(f["peak_flat"])
         cache_flat = "no cap (grows, as expected)" if grows else _mark(f["cache_flat"])
         analytic = run.get("analytic")
-        layout = (" / ".join(f"{r:.4f}" for r in analytic["ratios"].values())
-                  + f" ({analytic['worst_step_ratio']:.4f}; {_mark(analytic['within_2pct'])})" if analytic else "n/a")
+        layout = (
+            " / ".join(f"{r:.4f}" for r in analytic["ratios"].values())
+            + f" ({analytic['worst_step_ratio']:.4f}; {_mark(analytic['within_2pct'])})"
+            if analytic
+            else "n/a"
+        )
         full_group = " / ".join(f"{r:.3f}" for r in analytic["full_group_ratios"].values()) if analytic else "n/a"
-        lines.append(f"| {_label(run)} | {peaks} | {f['peak_ratio']:.4f} | {peak_flat} | {f['cache_peak_ratio']:.3f} | "
-                     f"{cache_flat} | {layout} | {full_group} |")
+        lines.append(
+            f"| {_label(run)} | {peaks} | {f['peak_ratio']:.4f} | {peak_flat} | {f['cache_peak_ratio']:.3f} | "
+            f"{cache_flat} | {layout} | {full_group} |"
+        )
     lines += [
-        "", "**Peak flat** is the claim (a compressed stream's process/device memory does not grow with its length). "
+        "",
+        "**Peak flat** is the claim (a compressed stream's process/device memory does not grow with its length). "
         "**Cache flat** asks the same of the cache's own bytes: it holds for full-precision storage; an int4 cache at "
         "a token budget keeps |M| tokens but its bytes per token grow as passes thin its key groups (the full-group "
         "column), and under a byte budget it is capped after every step (below) but may pass the cap by up to a "
         "chunk before the pass that chunk triggers.",
-        "", "**Measured / layout figure** (the check): the spec's per-part rates (codes and value scale/zero per "
+        "",
+        "**Measured / layout figure** (the check): the spec's per-part rates (codes and value scale/zero per "
         "quantized token, a key scale/zero row and a survivor count per live key group, the full-precision window "
         "per residual token, positions, per-head lengths) times the counts the stores hold; what exceeds it is "
-        "padding between heads, bytes the accounting does not explain.", "",
+        "padding between heads, bytes the accounting does not explain.",
+        "",
         "**Measured / full-group figure** (a finding): over the published figure for the same tokens (every key "
         "group full, the window at its largest, `accounting.cache_bytes`); above 1 by what thinned key groups cost "
         "once passes have evicted tokens from old groups.",
@@ -106,11 +121,13 @@ def memory_section(data: dict[str, Any], out: Path) -> list[str]:
         cap = run["cap"]
         at = ", ".join(f"{m:g}x" for m in data["multiples"])
         lines += [
-            "", f"**{_label(run)}** (`compress.budget_mib`: the formula's bytes for |M| are a cap on the bytes the "
+            "",
+            f"**{_label(run)}** (`compress.budget_mib`: the formula's bytes for |M| are a cap on the bytes the "
             "cache really holds; a pass that leaves more than the formula's bytes for |C| keeps fewer tokens): "
             f"largest cache bytes after a step / cap, up to {at}: "
             + " / ".join(f"{r:.3f}" for r in cap["after_step_ratios"].values())
-            + f" ({_mark(cap['within_cap'])}: never above the cap after a step); most video tokens held / |M|, up to {at}: "
+            + f" ({_mark(cap['within_cap'])}: never above the cap after a step); "
+            + f"most video tokens held / |M|, up to {at}: "
             + " / ".join(f"{r:.3f}" for r in cap["tokens_held_ratios"].values())
             + f"; steps that needed further passes: {cap['extra_passes']}. At equal bytes, int4 holds that share "
             "of the tokens the full-group formula promises once eviction has thinned its key groups.",
@@ -118,8 +135,9 @@ def memory_section(data: dict[str, Any], out: Path) -> list[str]:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for run in runs:
         x = [s["streamed_tokens"] / run["budget"] for s in run["steps"]]
-        axes[0].plot(x, [max(s["cache_bytes"], s["cache_bytes_before_pass"] or 0) / MIB for s in run["steps"]],
-                     label=_label(run))
+        axes[0].plot(
+            x, [max(s["cache_bytes"], s["cache_bytes_before_pass"] or 0) / MIB for s in run["steps"]], label=_label(run)
+        )
         axes[1].plot(x, [s["peak_bytes"] / MIB for s in run["steps"]], label=_label(run))
     for ax, title in zip(axes, ("cache bytes (MiB)", "peak process/device memory (MiB)")):
         ax.set_xlabel("vision tokens streamed / |M|")
@@ -138,19 +156,26 @@ def memory_section(data: dict[str, Any], out: Path) -> list[str]:
         ax.set_xlabel("vision tokens streamed / |M|")
         ax.set_title(f"{_label(run)}: cache bytes by part (MiB, after each step)")
         ax.legend(fontsize=7, loc="upper left")
-        lines += ["", "The int4 cache by part: key scale/zero rows live while any token of their group survives, so "
-                  "repeated passes that thin old groups raise the bytes per kept token above the full-group figure.",
-                  "", _save(fig, out, "memory_int4_parts.png")]
+        lines += [
+            "",
+            "The int4 cache by part: key scale/zero rows live while any token of their group survives, so "
+            "repeated passes that thin old groups raise the bytes per kept token above the full-group figure.",
+            "",
+            _save(fig, out, "memory_int4_parts.png"),
+        ]
     return lines
 
 
 def overhead_section(data: dict[str, Any], out: Path) -> list[str]:
     rows = data["rows"]
     lines = [
-        "## 2. Compression overhead", _header(data), "",
+        "## 2. Compression overhead",
+        _header(data),
+        "",
         f"|M| = {data['budget']} tokens, c_ratio {data['c_ratio']}, streams of {data['stream_multiple']:g}x |M|. "
         "Share = time in compression passes / streaming time (encode + prefill + passes), over the steady state "
-        "(the steps after the first pass); the whole stream's share, first calls included, in the last column.", "",
+        "(the steps after the first pass); the whole stream's share, first calls included, in the last column.",
+        "",
         "| model (layers x KV heads x head_dim) | policy / storage | passes (steady) | ms per pass | streaming s | "
         "share | "
         "share, whole stream |",
@@ -158,17 +183,25 @@ def overhead_section(data: dict[str, Any], out: Path) -> list[str]:
     ]
     for r in rows:
         m = r["model_shape"]
-        lines.append(f"| {r['model']} ({m['layers']}x{m['kv_heads']}x{m['head_dim']}, {m['dtype']}) | "
-                     f"{r['policy']} / {r['quant']} | {r['steady_passes']} | {1e3 * r['seconds_per_pass']:.1f} | "
-                     f"{r['steady_stream_seconds']:.1f} | {100 * r['steady_compress_share']:.2f}% | "
-                     f"{100 * r['compress_share']:.2f}% |")
+        lines.append(
+            f"| {r['model']} ({m['layers']}x{m['kv_heads']}x{m['head_dim']}, {m['dtype']}) | "
+            f"{r['policy']} / {r['quant']} | {r['steady_passes']} | {1e3 * r['seconds_per_pass']:.1f} | "
+            f"{r['steady_stream_seconds']:.1f} | {100 * r['steady_compress_share']:.2f}% | "
+            f"{100 * r['compress_share']:.2f}% |"
+        )
     claim = [r for r in rows if r["model"] == data["claim_model"] and r["policy"] == "tar_van_pool"]
     lines.append("")
     if claim:
-        lines.append(f"Claim (InfiniPot-V on the {data['claim_model']} model: <= {100 * data['claim']:g}% of "
-                     "streaming time): " + "; ".join(
-                         f"{r['quant']} storage {100 * r['steady_compress_share']:.2f}% "
-                         f"**{_mark(r['steady_compress_share'] <= data['claim'])}**" for r in claim) + ".")
+        lines.append(
+            f"Claim (InfiniPot-V on the {data['claim_model']} model: <= {100 * data['claim']:g}% of "
+            "streaming time): "
+            + "; ".join(
+                f"{r['quant']} storage {100 * r['steady_compress_share']:.2f}% "
+                f"**{_mark(r['steady_compress_share'] <= data['claim'])}**"
+                for r in claim
+            )
+            + "."
+        )
     else:
         lines.append("Claim not checked: the symbolic model was not installed when this ran.")
     sweep = max({r["model"] for r in rows}, key=lambda m: sum(r["model"] == m for r in rows))
@@ -188,15 +221,19 @@ def kivi_section(data: dict[str, Any], out: Path) -> list[str]:
     impls = [i for i in ("ours", "ours_torch", "reference", "quanto", "copy") if i in present]
     kernels = "the compiled CPU kernels" if data.get("native_kernels") else "its PyTorch path (no kernels built)"
     lines = [
-        "## 3. KIVI quantize / dequantize throughput", _header(data), "",
+        "## 3. KIVI quantize / dequantize throughput",
+        _header(data),
+        "",
         f"One layer's cache: {shape['heads']} KV heads x {shape['tokens']} tokens x {shape['head_dim']}, "
         f"{shape['dtype']}, groups of {shape['group_size']} ({shape['mib_per_tensor']:.1f} MiB per tensor). "
         f"Fastest of repeated back-to-back runs (ms). `ours`: the codec as the store calls it ({kernels}); "
         "`ours_torch`: its PyTorch path (the GPU's; the same bits); `reference`: the plainest PyTorch quantizer "
         "(uint8 codes, no packing); `quanto`: optimum-quanto 0.2.7 (the `bench` extra"
-        + ("" if "quanto" in impls else "; **not installed in this run**") + "); `copy`: `clone()` of the tensor. "
+        + ("" if "quanto" in impls else "; **not installed in this run**")
+        + "); `copy`: `clone()` of the tensor. "
         "Error: the largest |x' - x| in half quantization steps over every implementation (the same groups; within "
-        "half a step plus the rounding of the dtype's arithmetic, as tests/kv hold ours to).", "",
+        "half a step plus the rounding of the dtype's arithmetic, as tests/kv hold ours to).",
+        "",
         "| bits | axis | op | " + " | ".join(f"{i} ms" for i in impls) + " | ours / reference | ours / quanto | "
         "ours / copy | max error (half steps) | within bound |",
         "|---:|---|---|" + "---:|" * (len(impls) + 4) + "---|",
@@ -206,44 +243,76 @@ def kivi_section(data: dict[str, Any], out: Path) -> list[str]:
         t = {i: by[(bits, axis, op, i)]["min_seconds"] for i in impls}
         rated = [by[(bits, axis, op, i)] for i in impls if i != "copy"]
         ratio = [f"{t['ours'] / t[i]:.2f}" if i in t else "n/a" for i in ("reference", "quanto", "copy")]
-        lines.append(f"| {bits} | {axis} | {op} | " + " | ".join(f"{1e3 * t[i]:.2f}" for i in impls) + " | "
-                     + " | ".join(ratio) + f" | {max(r['max_half_steps'] for r in rated):.3f} | "
-                     f"{_mark(all(r['within_bound'] for r in rated))} |")
+        lines.append(
+            f"| {bits} | {axis} | {op} | "
+            + " | ".join(f"{1e3 * t[i]:.2f}" for i in impls)
+            + " | "
+            + " | ".join(ratio)
+            + f" | {max(r['max_half_steps'] for r in rated):.3f} | "
+            f"{_mark(all(r['within_bound'] for r in rated))} |"
+        )
     held = data["claims"]
-    lines += ["", f"Claims (issue 19, CPU): ours at least as fast as the reference and quanto, and within "
-              f"{data['copy_factor']:g}x of a copy, for 4 and 2 bits, keys and values, quantize and dequantize: "
-              f"**{_mark(all(c['holds'] for c in held))}** ({sum(c['holds'] for c in held)} of {len(held)} hold"
-              + ("" if all(c["holds"] for c in held) else "; failing: " + ", ".join(
-                  f"{c['bits']}-bit {c['axis']} {c['op']} vs {c['against']} {c['ours_over_other']:.2f}"
-                  for c in held if not c["holds"])) + ")."]
-    lines += ["", "Store operations of the streaming loop (INT4 KIVI store vs full-precision store, median ms):", "",
-              "| op | kivi_int4 ms | full_precision ms |", "|---|---:|---:|"]
+    lines += [
+        "",
+        f"Claims (issue 19, CPU): ours at least as fast as the reference and quanto, and within "
+        f"{data['copy_factor']:g}x of a copy, for 4 and 2 bits, keys and values, quantize and dequantize: "
+        f"**{_mark(all(c['holds'] for c in held))}** ({sum(c['holds'] for c in held)} of {len(held)} hold"
+        + (
+            ""
+            if all(c["holds"] for c in held)
+            else "; failing: "
+            + ", ".join(
+                f"{c['bits']}-bit {c['axis']} {c['op']} vs {c['against']} {c['ours_over_other']:.2f}"
+                for c in held
+                if not c["holds"]
+            )
+        )
+        + ").",
+    ]
+    lines += [
+        "",
+        "Store operations of the streaming loop (INT4 KIVI store vs full-precision store, median ms):",
+        "",
+        "| op | kivi_int4 ms | full_precision ms |",
+        "|---|---:|---:|",
+    ]
     store = {(r["op"], r["impl"]): r["seconds"] for r in data["store"]}
     for op in dict.fromkeys(r["op"] for r in data["store"]):
         lines.append(f"| {op} | {1e3 * store[(op, 'kivi_int4')]:.2f} | {1e3 * store[(op, 'full_precision')]:.2f} |")
     stream = data.get("stream")
     if stream:
-        lines += ["", f"The streaming loop a user would run ({stream['tokens']} tokens in chunks of "
-                  f"{stream['chunk']}, a {stream['layers']}-layer Llama with this KV shape, random weights, no "
-                  "eviction): transformers' `DynamicCache` (full precision), its `QuantizedCache(backend=\"quanto\")` "
-                  "(it dequantizes its whole cache every step and re-quantizes it whenever its window fills) and our "
-                  "`StreamCache` over `KiviStore`, at the same bits and groups. Log-prob gap: the last token's, "
-                  "against the full-precision cache.", "",
-                  "| cache | bits | stream s | last chunk ms | max log-prob gap |", "|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"The streaming loop a user would run ({stream['tokens']} tokens in chunks of "
+            f"{stream['chunk']}, a {stream['layers']}-layer Llama with this KV shape, random weights, no "
+            'eviction): transformers\' `DynamicCache` (full precision), its `QuantizedCache(backend="quanto")` '
+            "(it dequantizes its whole cache every step and re-quantizes it whenever its window fills) and our "
+            "`StreamCache` over `KiviStore`, at the same bits and groups. Log-prob gap: the last token's, "
+            "against the full-precision cache.",
+            "",
+            "| cache | bits | stream s | last chunk ms | max log-prob gap |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for r in stream["rows"]:
-            lines.append(f"| {r['impl']} | {r['bits'] or 'fp'} | {r['stream_seconds']:.2f} | "
-                         f"{1e3 * r['last_step_seconds']:.1f} | {r['max_logprob_gap_to_dynamic']:.3f} |")
+            lines.append(
+                f"| {r['impl']} | {r['bits'] or 'fp'} | {r['stream_seconds']:.2f} | "
+                f"{1e3 * r['last_step_seconds']:.1f} | {r['max_logprob_gap_to_dynamic']:.3f} |"
+            )
     return lines
 
 
 def ttft_section(data: dict[str, Any], out: Path) -> list[str]:
     marks = data["runs"][0]["checkpoints"]
     lines = [
-        "## 4. Time to first answer token after a long stream", _header(data), "",
+        "## 4. Time to first answer token after a long stream",
+        _header(data),
+        "",
         f"Same model and streams as section 1. First token: the question's prefill and first logits; answer: up to "
         f"{data['answer_tokens']} greedy tokens (it stops at an end-of-sequence token), and the time per decoded token "
-        "after the first.", "",
-        "| policy / storage | " + " | ".join(f"first token at {c['multiple']:g}x (ms)" for c in marks)
+        "after the first.",
+        "",
+        "| policy / storage | "
+        + " | ".join(f"first token at {c['multiple']:g}x (ms)" for c in marks)
         + f" | answer at {marks[-1]['multiple']:g}x (ms, tokens) | per decoded token (ms) |",
         "|---|" + "---:|" * (len(marks) + 2),
     ]
@@ -251,112 +320,176 @@ def ttft_section(data: dict[str, Any], out: Path) -> list[str]:
     for run in data["runs"]:
         cps = run["checkpoints"]
         per_token = cps[-1]["decode_seconds_per_token"]
-        lines.append(f"| {_label(run)} | " + " | ".join(f"{1e3 * c['first_token_seconds']:.1f}" for c in cps)
-                     + f" | {1e3 * cps[-1]['answer_seconds']:.1f} ({cps[-1]['answer_tokens_generated']}) | "
-                     + ("n/a" if per_token is None else f"{1e3 * per_token:.1f}") + " |")
+        lines.append(
+            f"| {_label(run)} | "
+            + " | ".join(f"{1e3 * c['first_token_seconds']:.1f}" for c in cps)
+            + f" | {1e3 * cps[-1]['answer_seconds']:.1f} ({cps[-1]['answer_tokens_generated']}) | "
+            + ("n/a" if per_token is None else f"{1e3 * per_token:.1f}")
+            + " |"
+        )
         ax.plot([c["multiple"] for c in cps], [1e3 * c["first_token_seconds"] for c in cps], "o-", label=_label(run))
     ax.set_xscale("log", base=2)
     ax.set_xlabel("vision tokens streamed / |M|")
     ax.set_ylabel("time to first token (ms)")
     ax.legend(fontsize=8)
     last = [s for s in data["speedup"] if s["multiple"] == max(s["multiple"] for s in data["speedup"])]
-    lines += ["", "Full over compressed at the longest stream: " + "; ".join(
-        f"{s['quant']}: first token x{s['first_token_full_over_compressed']:.2f}, per decoded token "
-        + ("n/a" if s["decode_token_full_over_compressed"] is None else f"x{s['decode_token_full_over_compressed']:.2f}")
-        for s in last) + ".", "", _save(fig, out, "ttft.png")]
+    lines += [
+        "",
+        "Full over compressed at the longest stream: "
+        + "; ".join(
+            f"{s['quant']}: first token x{s['first_token_full_over_compressed']:.2f}, per decoded token "
+            + (
+                "n/a"
+                if s["decode_token_full_over_compressed"] is None
+                else f"x{s['decode_token_full_over_compressed']:.2f}"
+            )
+            for s in last
+        )
+        + ".",
+        "",
+        _save(fig, out, "ttft.png"),
+    ]
     return lines
 
 
 def encode_section(data: dict[str, Any], out: Path) -> list[str]:
     lines = [
-        "## 5. Encode counts", _header(data), "",
+        "## 5. Encode counts",
+        _header(data),
+        "",
         "| run | video | questions | decodes | encoder calls | raw frames decoded | raw frames encoded | once |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for case, result in data["cases"].items():
         if not result["videos"]:
-            lines.append(f"| {case} | (none: every question already answered) | {result['questions']} | 0 | 0 | "
-                         "0 | 0 | PASS |")
+            lines.append(
+                f"| {case} | (none: every question already answered) | {result['questions']} | 0 | 0 | 0 | 0 | PASS |"
+            )
         for video, c in result["videos"].items():
-            lines.append(f"| {case} | {video} | {c['questions']} | {c['decodes']} | {c['encode_calls']} | "
-                         f"{c['frames_decoded']} | {c['frames_encoded']} | {_mark(c['encoded_once'])} |")
+            lines.append(
+                f"| {case} | {video} | {c['questions']} | {c['decodes']} | {c['encode_calls']} | "
+                f"{c['frames_decoded']} | {c['frames_encoded']} | {_mark(c['encoded_once'])} |"
+            )
     return lines + ["", f"Every video encoded once per run: **{_mark(data['all_encoded_once'])}**."]
 
 
 def gpu_section(data: dict[str, Any], out: Path) -> list[str]:
     lines = [
-        "## 6. Qwen2-VL-7B shape on a GPU (Table A4 in shape)", _header(data), "",
+        "## 6. Qwen2-VL-7B shape on a GPU (Table A4 in shape)",
+        _header(data),
+        "",
         f"{data['model']}; {data['frames']} raw frames, {data['tokens_per_frame']} tokens per model frame; "
-        f"random {data['dtype']} weights (shapes only: timings and memory, no accuracy).", "",
+        f"random {data['dtype']} weights (shapes only: timings and memory, no accuracy).",
+        "",
         "| mode | storage | peak GPU memory, stream (GiB) | with the answer (GiB) | KV cache (GiB) | stream s | "
         "compression share | time to first token (s) |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     fig, ax = plt.subplots(figsize=(7, 4))
     for run in data["runs"]:
-        lines.append(f"| {run['mode']} | {run['storage']} | {run['peak_bytes'] / 2**30:.2f} | "
-                     f"{run['peak_with_answer_bytes'] / 2**30:.2f} | "
-                     f"{run['cache_bytes'] / 2**30:.3f} | {run['stream_seconds']:.2f} | "
-                     f"{100 * run['compress_share']:.2f}% | {run['first_token_seconds']:.3f} |")
+        lines.append(
+            f"| {run['mode']} | {run['storage']} | {run['peak_bytes'] / 2**30:.2f} | "
+            f"{run['peak_with_answer_bytes'] / 2**30:.2f} | "
+            f"{run['cache_bytes'] / 2**30:.3f} | {run['stream_seconds']:.2f} | "
+            f"{100 * run['compress_share']:.2f}% | {run['first_token_seconds']:.3f} |"
+        )
         if run["curve"]:
-            ax.plot([c["frames"] for c in run["curve"]], [c["peak_bytes"] / 2**30 for c in run["curve"]],
-                    label=f"{run['mode']} / {run['storage']}")
+            ax.plot(
+                [c["frames"] for c in run["curve"]],
+                [c["peak_bytes"] / 2**30 for c in run["curve"]],
+                label=f"{run['mode']} / {run['storage']}",
+            )
     ax.set_xlabel("raw frames streamed")
     ax.set_ylabel("peak GPU memory (GiB)")
     ax.legend(fontsize=8)
     if data.get("claims"):
-        lines += ["", "Claims (issue 19, GPU): " + "; ".join(
-            f"{c['claim']}: {100 * c['value']:.2f}%" if "%" in c["claim"] else f"{c['claim']}: {c['value']:.2f}x"
-            for c in data["claims"]) + f" -- **{_mark(all(c['holds'] for c in data['claims']))}**."]
+        lines += [
+            "",
+            "Claims (issue 19, GPU): "
+            + "; ".join(
+                f"{c['claim']}: {100 * c['value']:.2f}%" if "%" in c["claim"] else f"{c['claim']}: {c['value']:.2f}x"
+                for c in data["claims"]
+            )
+            + f" -- **{_mark(all(c['holds'] for c in data['claims']))}**.",
+        ]
     prof = data.get("profile") or {}
     if prof.get("rows"):
-        lines += ["", f"Where the time goes: InfiniPot-V {prof['storage']}, {prof['frames']} raw frames under "
-                  "torch.profiler, the operators with the most self time:", "",
-                  "| operator | calls | self ms | share |", "|---|---:|---:|---:|"]
-        lines += [f"| `{r['op']}` | {r['calls']} | {r['self_ms']:.1f} | {100 * r['share']:.1f}% |"
-                  for r in prof["rows"]]
-    return lines + ["", "Paper (A100, Table A4): full prefill at 50K tokens 58.55 GB, 2.12 s to first token; "
-                    "continual compression 22.16 GB, 1.17 s.", "", _save(fig, out, "gpu_table_a4.png")]
+        lines += [
+            "",
+            f"Where the time goes: InfiniPot-V {prof['storage']}, {prof['frames']} raw frames under "
+            "torch.profiler, the operators with the most self time:",
+            "",
+            "| operator | calls | self ms | share |",
+            "|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| `{r['op']}` | {r['calls']} | {r['self_ms']:.1f} | {100 * r['share']:.1f}% |" for r in prof["rows"]
+        ]
+    return lines + [
+        "",
+        "Paper (A100, Table A4): full prefill at 50K tokens 58.55 GB, 2.12 s to first token; "
+        "continual compression 22.16 GB, 1.17 s.",
+        "",
+        _save(fig, out, "gpu_table_a4.png"),
+    ]
 
 
 def host_memory_section(data: dict[str, Any], out: Path) -> list[str]:
     h, w = data["sizes"]["hw"]
     lines = [
-        "## 7. Host memory against video length (real mp4s)", _header(data), "",
+        "## 7. Host memory against video length (real mp4s)",
+        _header(data),
+        "",
         f"{h}p H.264 videos of {data['multiples'][0]}x and {data['multiples'][-1]}x "
         f"{data['sizes']['base_frames']} frames at {data['sizes']['fps']} fps, streamed compressed "
         "(tiny Qwen2-VL, tar_van_pool) through the job's frame source (`stream`: chunked background decode at the "
         "model's input size) and, for comparison, decoded whole first (`whole`, the job before the frame source). "
         "Wait share: the part of the stream's wall time the model waited for frames. "
-        f"Command: `{data['command']}`.", "",
-        "| mode | length | frames | video file (MiB) | peak RSS (MiB) | above the loaded model (MiB) | wall s | wait share |",
+        f"Command: `{data['command']}`.",
+        "",
+        "| mode | length | frames | video file (MiB) | peak RSS (MiB) | above the loaded model (MiB) | wall s "
+        "| wait share |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in data["runs"]:
-        lines.append(f"| {r['mode']} | {r['multiple']}x | {r['frames']} | {r['video_bytes'] / MIB:.1f} | "
-                     f"{r['peak_rss_bytes'] / MIB:.1f} | {(r['peak_rss_bytes'] - r['baseline_rss_bytes']) / MIB:.1f} | "
-                     f"{r['wall_seconds']:.2f} | {100 * r['wait_share']:.1f}% |")
+        lines.append(
+            f"| {r['mode']} | {r['multiple']}x | {r['frames']} | {r['video_bytes'] / MIB:.1f} | "
+            f"{r['peak_rss_bytes'] / MIB:.1f} | {(r['peak_rss_bytes'] - r['baseline_rss_bytes']) / MIB:.1f} | "
+            f"{r['wall_seconds']:.2f} | {100 * r['wait_share']:.1f}% |"
+        )
     ratio = data["peak_ratio"]
-    return lines + ["", f"Peak RSS {data['multiples'][-1]}x over {data['multiples'][0]}x: stream "
-                    f"{ratio['stream']:.3f}, whole {ratio['whole']:.3f}. Stream within "
-                    f"{100 * data['tolerance']:.0f}%: **{_mark(data['stream_flat'])}**."]
+    return lines + [
+        "",
+        f"Peak RSS {data['multiples'][-1]}x over {data['multiples'][0]}x: stream "
+        f"{ratio['stream']:.3f}, whole {ratio['whole']:.3f}. Stream within "
+        f"{100 * data['tolerance']:.0f}%: **{_mark(data['stream_flat'])}**.",
+    ]
 
 
 def default_run_section(data: dict[str, Any], out: Path) -> list[str]:
     what = " ".join(data["overrides"]) or "no overrides: the embedded default"
     lines = [
-        "## 8. The default run's wall time", _header(data), "",
+        "## 8. The default run's wall time",
+        _header(data),
+        "",
         f"`python run.py` ({what}) as a process, on clean caches (GGUF conversion and symbolic videos made) and "
-        f"again with both cached. Command: `{data['command']}`.", "",
-        "| run | wall s | job s | load average before | load average after |", "|---|---:|---:|---:|---:|",
+        f"again with both cached. Command: `{data['command']}`.",
+        "",
+        "| run | wall s | job s | load average before | load average after |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name, r in data["runs"].items():
-        lines.append(f"| {name} | {r['wall_seconds']:.1f} | {r['job_seconds']:.1f} | {r['load_before'][0]:.2f} | "
-                     f"{r['load_after'][0]:.2f} |")
+        lines.append(
+            f"| {name} | {r['wall_seconds']:.1f} | {r['job_seconds']:.1f} | {r['load_before'][0]:.2f} | "
+            f"{r['load_after'][0]:.2f} |"
+        )
     first = data["runs"]["first"]["wall_seconds"]
-    lines += ["", f"First run within {data['target_seconds']:.0f} s (on 2 idle cores): "
-              f"**{_mark(first <= data['target_seconds'])}**; both runs give the same {data['n_predictions']} "
-              f"predictions: **{_mark(data['same_predictions'])}**."]
+    lines += [
+        "",
+        f"First run within {data['target_seconds']:.0f} s (on 2 idle cores): "
+        f"**{_mark(first <= data['target_seconds'])}**; both runs give the same {data['n_predictions']} "
+        f"predictions: **{_mark(data['same_predictions'])}**.",
+    ]
     if "same_as_reference" in data:
         lines.append(f"Same predictions as `{data['reference']}`: **{_mark(data['same_as_reference'])}**.")
     return lines
@@ -377,9 +510,13 @@ SECTIONS: tuple[tuple[str, str, Section], ...] = (
 def render(out: Path = RESULTS) -> Path:
     """Write ``out/report.md`` (and its PNGs) from the JSON results in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["# Performance report", "",
-             "Generated by `python -m bench.report` from the JSON files beside it (the benches write only their JSON). "
-             "How to run the benches and read the numbers: [docs/performance.md](../../docs/performance.md).", ""]
+    lines = [
+        "# Performance report",
+        "",
+        "Generated by `python -m bench.report` from the JSON files beside it (the benches write only their JSON). "
+        "How to run the benches and read the numbers: [docs/performance.md](../../docs/performance.md).",
+        "",
+    ]
     for name, command, section in SECTIONS:
         data = _load(out, name)
         lines += section(data, out) if data else [f"## {name}", "", f"Not run yet: `{command}`."]

@@ -49,8 +49,7 @@ class StreamSpec:
 def warm_up(adapter: ModelAdapter, spec: StreamSpec, policy: str, quant: str) -> None:
     """One short throwaway stream through a compression pass and a question: lazy initialisation, first-call
     kernel selection and allocator growth stay out of the measured stream."""
-    run_stream(adapter, spec, policy, quant, n_tokens=spec.budget + 1, checkpoints=(1.0,), answer_tokens=2,
-               probe=False)
+    run_stream(adapter, spec, policy, quant, n_tokens=spec.budget + 1, checkpoints=(1.0,), answer_tokens=2, probe=False)
 
 
 def run_stream(
@@ -68,8 +67,9 @@ def run_stream(
     budget, reached when the streamed tokens first reach it) the running peak and, with ``answer_tokens`` > 0, the
     time to the first answer token and to a whole answer of that many tokens. ``in_bytes``: the budget is also held
     in bytes (``compress.budget_mib``'s behaviour)."""
-    sess = session(adapter, policy, spec.quant(quant), spec.budget, spec.c_ratio, in_bytes=in_bytes,
-                   chunk_frames=spec.chunk_frames)
+    sess = session(
+        adapter, policy, spec.quant(quant), spec.budget, spec.c_ratio, in_bytes=in_bytes, chunk_frames=spec.chunk_frames
+    )
     device = adapter.device
     peak = sess.peak  # the session's own probe: the trace's peaks and the checkpoints' are one measure
     storage = Storage.from_config(spec.quant(quant), adapter.dtype)
@@ -88,28 +88,44 @@ def run_stream(
         sync(device)
         seconds = time.perf_counter() - t0
         trace = sess.trace[-1]
-        steps.append({
-            "streamed_tokens": sess.video.vision_tokens, "video_tokens": trace.video_tokens,
-            "total_tokens": trace.total_tokens, "cache_bytes": trace.cache_bytes,
-            "cache_bytes_before_pass": before_pass.get(trace.step),
-            "cache_bytes_by_part": trace.cache_bytes_by_part,
-            "analytic_bytes": cache_bytes(trace.total_tokens, *shape, storage),
-            "layout_bytes": held_layout_bytes(sess, adapter.head_dim),
-            "peak_bytes": trace.peak_memory_bytes, "current_bytes": peak.current(),
-            "seconds": seconds, "encode_seconds": trace.encode_seconds,
-            "compress_seconds": trace.compress.seconds if trace.compress else 0.0, "pass": trace.compress is not None,
-            "passes": trace.compress.passes if trace.compress else 0,
-        })
+        steps.append(
+            {
+                "streamed_tokens": sess.video.vision_tokens,
+                "video_tokens": trace.video_tokens,
+                "total_tokens": trace.total_tokens,
+                "cache_bytes": trace.cache_bytes,
+                "cache_bytes_before_pass": before_pass.get(trace.step),
+                "cache_bytes_by_part": trace.cache_bytes_by_part,
+                "analytic_bytes": cache_bytes(trace.total_tokens, *shape, storage),
+                "layout_bytes": held_layout_bytes(sess, adapter.head_dim),
+                "peak_bytes": trace.peak_memory_bytes,
+                "current_bytes": peak.current(),
+                "seconds": seconds,
+                "encode_seconds": trace.encode_seconds,
+                "compress_seconds": trace.compress.seconds if trace.compress else 0.0,
+                "pass": trace.compress is not None,
+                "passes": trace.compress.passes if trace.compress else 0,
+            }
+        )
         while pending and sess.video.vision_tokens >= pending[0] * spec.budget:
             marks.append(_checkpoint(sess, pending.pop(0), steps, peak, answer_tokens))
         if sess.video.vision_tokens >= n_tokens:
             break
     cap = sess.schedule.byte_cap if sess.schedule else None
     return {
-        "policy": policy, "quant": quant, "device": str(device), "budget": spec.budget, "c_ratio": spec.c_ratio,
-        "budget_in": "bytes" if cap else "tokens", "byte_cap": cap.cap if cap else None,
-        "tokens_per_frame": sess.video.grid[0] * sess.video.grid[1], "prefix_tokens": sess.video.prefix_len,
-        "peak_method": peak.method, "baseline_bytes": baseline, "steps": steps, "checkpoints": marks,
+        "policy": policy,
+        "quant": quant,
+        "device": str(device),
+        "budget": spec.budget,
+        "c_ratio": spec.c_ratio,
+        "budget_in": "bytes" if cap else "tokens",
+        "byte_cap": cap.cap if cap else None,
+        "tokens_per_frame": sess.video.grid[0] * sess.video.grid[1],
+        "prefix_tokens": sess.video.prefix_len,
+        "peak_method": peak.method,
+        "baseline_bytes": baseline,
+        "steps": steps,
+        "checkpoints": marks,
         "totals": totals(steps),
     }
 
@@ -147,13 +163,18 @@ def _bytes_before_each_pass(sess: StreamingSession) -> dict[int, int]:
     return before
 
 
-def _checkpoint(sess: StreamingSession, multiple: float, steps: list[dict[str, Any]], peak: PeakMemory,
-                answer_tokens: int) -> dict[str, Any]:
+def _checkpoint(
+    sess: StreamingSession, multiple: float, steps: list[dict[str, Any]], peak: PeakMemory, answer_tokens: int
+) -> dict[str, Any]:
     """The running peaks at this point of the stream, then (optionally) a timed question on the memory."""
     mark = {
-        "multiple": multiple, "streamed_tokens": sess.video.vision_tokens, "video_tokens": sess.video.video_tokens,
-        "peak_bytes": peak.read(), "peak_cache_bytes": max(max_cache_bytes(s) for s in steps),
-        "cache_bytes": steps[-1]["cache_bytes"], "analytic_bytes": steps[-1]["analytic_bytes"],
+        "multiple": multiple,
+        "streamed_tokens": sess.video.vision_tokens,
+        "video_tokens": sess.video.video_tokens,
+        "peak_bytes": peak.read(),
+        "peak_cache_bytes": max(max_cache_bytes(s) for s in steps),
+        "cache_bytes": steps[-1]["cache_bytes"],
+        "analytic_bytes": steps[-1]["analytic_bytes"],
         "layout_bytes": steps[-1]["layout_bytes"],
     }
     if answer_tokens:
@@ -167,8 +188,9 @@ def _checkpoint(sess: StreamingSession, multiple: float, steps: list[dict[str, A
         mark["answer_tokens"] = answer_tokens
         # greedy decoding stops at an end-of-sequence token: answers differ in length, so compare per token
         mark["answer_tokens_generated"] = n_out = len(answer.tokens)
-        mark["decode_seconds_per_token"] = ((mark["answer_seconds"] - mark["first_token_seconds"]) / (n_out - 1)
-                                            if n_out > 1 else None)
+        mark["decode_seconds_per_token"] = (
+            (mark["answer_seconds"] - mark["first_token_seconds"]) / (n_out - 1) if n_out > 1 else None
+        )
         mark["peak_with_answer_bytes"] = peak.read()
     return mark
 
@@ -182,12 +204,15 @@ def totals(steps: list[dict[str, Any]]) -> dict[str, Any]:
     state: the steps after the first pass (first calls, kernel selection and the growth to |M| left out)."""
     first = next((i for i, s in enumerate(steps) if s["pass"]), len(steps))
     out: dict[str, Any] = {"steps": len(steps), "encode_seconds": sum(s["encode_seconds"] for s in steps)}
-    for prefix, part in (("", steps), ("steady_", steps[first + 1:])):
+    for prefix, part in (("", steps), ("steady_", steps[first + 1 :])):
         stream_s = sum(s["seconds"] for s in part)
         compress_s = sum(s["compress_seconds"] for s in part)
-        out |= {f"{prefix}stream_seconds": stream_s, f"{prefix}compress_seconds": compress_s,
-                f"{prefix}passes": sum(s["pass"] for s in part),
-                f"{prefix}compress_share": compress_s / stream_s if stream_s else 0.0}
+        out |= {
+            f"{prefix}stream_seconds": stream_s,
+            f"{prefix}compress_seconds": compress_s,
+            f"{prefix}passes": sum(s["pass"] for s in part),
+            f"{prefix}compress_share": compress_s / stream_s if stream_s else 0.0,
+        }
     return out
 
 

@@ -30,22 +30,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runs = []
     for policy, quant in PAIRS:
         warm_up(adapter, spec, policy, quant)
-        result = run_stream(adapter, spec, policy, quant, int(max(MULTIPLES) * spec.budget), checkpoints=MULTIPLES,
-                            answer_tokens=ANSWER_TOKENS, probe=False)
+        result = run_stream(
+            adapter,
+            spec,
+            policy,
+            quant,
+            int(max(MULTIPLES) * spec.budget),
+            checkpoints=MULTIPLES,
+            answer_tokens=ANSWER_TOKENS,
+            probe=False,
+        )
         runs.append({k: v for k, v in result.items() if k not in ("steps", "peak_method", "baseline_bytes")})
-        print(f"{policy:13s} {quant:5s} first token (ms): "
-              + "  ".join(f"{c['multiple']:g}x {1e3 * c['first_token_seconds']:.1f}" for c in result["checkpoints"]),
-              flush=True)
+        print(
+            f"{policy:13s} {quant:5s} first token (ms): "
+            + "  ".join(f"{c['multiple']:g}x {1e3 * c['first_token_seconds']:.1f}" for c in result["checkpoints"]),
+            flush=True,
+        )
     by_config = {(r["policy"], r["quant"]): r for r in runs}
     speedup = []
     for quant in ("fp16", "int4"):
         full, compressed = by_config[("full", quant)], by_config[("tar_van_pool", quant)]
         for a, b in zip(full["checkpoints"], compressed["checkpoints"]):
-            per_token = (a["decode_seconds_per_token"] / b["decode_seconds_per_token"]
-                         if a["decode_seconds_per_token"] and b["decode_seconds_per_token"] else None)
-            speedup.append({"quant": quant, "multiple": a["multiple"],
-                            "first_token_full_over_compressed": a["first_token_seconds"] / b["first_token_seconds"],
-                            "decode_token_full_over_compressed": per_token})
+            per_token = (
+                a["decode_seconds_per_token"] / b["decode_seconds_per_token"]
+                if a["decode_seconds_per_token"] and b["decode_seconds_per_token"]
+                else None
+            )
+            speedup.append(
+                {
+                    "quant": quant,
+                    "multiple": a["multiple"],
+                    "first_token_full_over_compressed": a["first_token_seconds"] / b["first_token_seconds"],
+                    "decode_token_full_over_compressed": per_token,
+                }
+            )
     data = {"spec": spec.describe(), "answer_tokens": ANSWER_TOKENS, "runs": runs, "speedup": speedup}
     write_result(args.out, "ttft", data, args.smoke, torch.device(runs[0]["device"]))
     return data

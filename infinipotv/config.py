@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass, field, make_dataclass
-from functools import cache
 from enum import Enum
+from functools import cache
 from typing import Any, Optional, get_args, get_origin, get_type_hints
 
 from hydra.core.config_store import ConfigStore
@@ -101,12 +101,16 @@ def policy_config(name: str) -> type[CompressConfig]:
             return field(default_factory=lambda: list(value))
         return field(default=value)
 
-    own = [(param, _config_type(hints[param]), default(param, value))
-           for param, value in compress.policy_params(name).items()]
+    own = [
+        (param, _config_type(hints[param]), default(param, value))
+        for param, value in compress.policy_params(name).items()
+    ]
     budget = DEFAULT_BUDGET if cls.evicts else None
-    return make_dataclass(f"Compress_{name}", [("name", str, field(default=name)),
-                                                ("budget", Optional[int], field(default=budget)), *own],
-                          bases=(CompressConfig,))
+    return make_dataclass(
+        f"Compress_{name}",
+        [("name", str, field(default=name)), ("budget", Optional[int], field(default=budget)), *own],
+        bases=(CompressConfig,),
+    )
 
 
 @dataclass
@@ -169,10 +173,12 @@ def register_configs() -> None:
     name run directories."""
     from infinipotv import compress
 
-    OmegaConf.register_new_resolver("infinipotv.either", lambda value, default: default if value is None else value,
-                                    replace=True)
-    OmegaConf.register_new_resolver("infinipotv.unique", lambda: f"{os.getpid()}-{secrets.token_hex(2)}",
-                                    use_cache=True, replace=True)
+    OmegaConf.register_new_resolver(
+        "infinipotv.either", lambda value, default: default if value is None else value, replace=True
+    )
+    OmegaConf.register_new_resolver(
+        "infinipotv.unique", lambda: f"{os.getpid()}-{secrets.token_hex(2)}", use_cache=True, replace=True
+    )
     store = ConfigStore.instance()
     store.store(name="run_schema", node=RunConfig)
     for name in compress.POLICIES:

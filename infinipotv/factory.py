@@ -59,7 +59,8 @@ def _check_compress_keys(node: DictConfig) -> None:
         pins = [f"{key}={pinned[key]!r}" for key in extra if key in pinned]
         raise ConfigError(
             f"compress={name} has no parameter {', '.join(extra)}{' (it pins ' + ', '.join(pins) + ')' if pins else ''}"
-            f"; its parameters: {', '.join([*params, *sorted(shared - {'name'})])}")
+            f"; its parameters: {', '.join([*params, *sorted(shared - {'name'})])}"
+        )
 
 
 def _choice(kind: str, name: str, valid) -> None:
@@ -73,7 +74,9 @@ def validate(cfg: RunConfig) -> None:
     _choice("compress.name", cfg.compress.name, compress.POLICIES)
     _choice("benchmark.name", cfg.benchmark.name, BENCHMARKS)
     if cfg.quant.bits not in QUANT_BITS:
-        raise ConfigError(f"quant.bits={cfg.quant.bits} is not supported; use one of {QUANT_BITS} (16 = full precision)")
+        raise ConfigError(
+            f"quant.bits={cfg.quant.bits} is not supported; use one of {QUANT_BITS} (16 = full precision)"
+        )
     c = cfg.compress
     if not 0 < c.c_ratio < 1:
         raise ConfigError(f"compress.c_ratio={c.c_ratio} must lie in (0, 1), e.g. compress.c_ratio=0.75")
@@ -85,18 +88,24 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(f"compress.budget_mib={c.budget_mib} must be > 0 MiB, e.g. compress.budget_mib=96")
     q = cfg.quant
     if q.residual_length < 0 or q.group_size < 1:
-        raise ConfigError(f"quant.residual_length={q.residual_length} must be >= 0 and quant.group_size="
-                          f"{q.group_size} >= 1 (KIVI's defaults: 128 and 32)")
+        raise ConfigError(
+            f"quant.residual_length={q.residual_length} must be >= 0 and quant.group_size="
+            f"{q.group_size} >= 1 (KIVI's defaults: 128 and 32)"
+        )
     policy = build_policy(cfg)
     if policy.evicts and c.budget is None and c.budget_mib is None:
-        raise ConfigError(f"compress={c.name} evicts tokens and needs a budget: set compress.budget=6000 (tokens) "
-                          f"or compress.budget_mib")
+        raise ConfigError(
+            f"compress={c.name} evicts tokens and needs a budget: set compress.budget=6000 (tokens) "
+            f"or compress.budget_mib"
+        )
     if cfg.eval.chunk_frames < 1:
         raise ConfigError(f"eval.chunk_frames={cfg.eval.chunk_frames} must be >= 1")
     adapter_cls = ADAPTERS[cfg.model.family]
     if cfg.eval.chunk_frames % adapter_cls.frames_per_step:
-        raise ConfigError(f"eval.chunk_frames={cfg.eval.chunk_frames} must be a multiple of "
-                          f"{adapter_cls.frames_per_step} for model.family={cfg.model.family}")
+        raise ConfigError(
+            f"eval.chunk_frames={cfg.eval.chunk_frames} must be a multiple of "
+            f"{adapter_cls.frames_per_step} for model.family={cfg.model.family}"
+        )
     if c.budget is not None and policy.evicts:
         check_budget(cfg, policy, c.budget, "compress.budget")
 
@@ -113,7 +122,8 @@ def check_budget(cfg: RunConfig, policy: compress.Policy, budget: int, key: str)
         raise ConfigError(
             f"eval.chunk_frames={cfg.eval.chunk_frames} gives up to {chunk_tokens} vision tokens per chunk, not fewer "
             f"than |M| - |C| = {budget - n_keep} ({key}={getattr(c, key.split('.')[1])} gives |M| = {budget}, "
-            f"compress.c_ratio={c.c_ratio}): lower eval.chunk_frames or raise {key}")
+            f"compress.c_ratio={c.c_ratio}): lower eval.chunk_frames or raise {key}"
+        )
     _checked(lambda: policy.validate(n_keep, per_frame, budget + chunk_tokens), "compress")
 
 
@@ -154,8 +164,15 @@ class Parts:
     def session(self, c_ratio: float, reference: bool = False) -> StreamingSession:
         """The streaming session these parts make (the one way the job, the lmms-eval plugin and the benches build
         it)."""
-        return StreamingSession(self.adapter, self.policy, self.budget, c_ratio, self.make_store,
-                                reference=reference, byte_cap=self.byte_cap)
+        return StreamingSession(
+            self.adapter,
+            self.policy,
+            self.budget,
+            c_ratio,
+            self.make_store,
+            reference=reference,
+            byte_cap=self.byte_cap,
+        )
 
 
 def build_parts(cfg: RunConfig, adapter: ModelAdapter | None = None) -> Parts:
@@ -166,16 +183,20 @@ def build_parts(cfg: RunConfig, adapter: ModelAdapter | None = None) -> Parts:
     policy = build_policy(cfg)
     make_store, storage = make_store_factory(cfg.quant, adapter.dtype)
     if storage.quantized and adapter.head_dim % cfg.quant.group_size:
-        raise ConfigError(f"quant.group_size={cfg.quant.group_size} must divide the model's head_dim={adapter.head_dim} "
-                          f"(KIVI groups values over channels): choose quant.group_size=16 or a model with a larger head_dim")
+        raise ConfigError(
+            f"quant.group_size={cfg.quant.group_size} must divide the model's head_dim={adapter.head_dim} "
+            f"(KIVI groups values over channels): choose quant.group_size=16 or a model with a larger head_dim"
+        )
     shape = (adapter.n_layers, adapter.n_kv_heads, adapter.head_dim)
     budget = cfg.compress.budget
     prefix = len(adapter.prefix_ids())  # never evicted: a byte budget covers it, a token budget (|M|) does not
     if cfg.compress.budget_mib is not None:
         budget = tokens_for_bytes(cfg.compress.budget_mib * 2**20, *shape, storage) - prefix
         if budget < 2:
-            raise ConfigError(f"compress.budget_mib={cfg.compress.budget_mib} holds no video memory once the "
-                              f"{prefix}-token prefix is stored: raise it")
+            raise ConfigError(
+                f"compress.budget_mib={cfg.compress.budget_mib} holds no video memory once the "
+                f"{prefix}-token prefix is stored: raise it"
+            )
         if policy.evicts:
             check_budget(cfg, policy, budget, "compress.budget_mib")
     budget_bytes = None if budget is None else int(cache_bytes(budget + prefix, *shape, storage))

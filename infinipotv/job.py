@@ -21,8 +21,8 @@ from omegaconf import OmegaConf
 
 from infinipotv.config import RunConfig
 from infinipotv.data import Benchmark, Question, VideoSample
-from infinipotv.data.subset import describe, select
 from infinipotv.data.frames import FrameSource, SourcesAhead
+from infinipotv.data.subset import describe, select
 from infinipotv.data.video import FramePlan
 from infinipotv.factory import Parts, as_run_config, build_benchmark, build_parts
 from infinipotv.models.base import ModelAdapter, resize_frames
@@ -30,7 +30,6 @@ from infinipotv.progress import Progress
 from infinipotv.provenance import now, provenance
 from infinipotv.rundir import MEMORY, METRICS, PREDICTIONS, PROVENANCE, claim, read_jsonl
 from infinipotv.stream.session import Answer, StreamingSession
-
 
 
 def read_predictions(path: Path) -> list[dict[str, Any]]:
@@ -57,7 +56,11 @@ def sample_frames(sample: VideoSample, cfg: RunConfig, adapter: ModelAdapter) ->
     """The frames to stream and their time stamps: a fixed count (uniform) or the model's rate capped at max_frames,
     decoded chunk by chunk in the background at the model's input size."""
     m = cfg.model
-    plan = FramePlan.uniform(sample.path, m.num_frames) if m.num_frames else FramePlan.rate(sample.path, m.fps, m.max_frames)
+    plan = (
+        FramePlan.uniform(sample.path, m.num_frames)
+        if m.num_frames
+        else FramePlan.rate(sample.path, m.fps, m.max_frames)
+    )
     duration = plan.info.duration_s
     fps = len(plan) / duration if duration else m.fps  # the real rate of what is streamed
 
@@ -71,14 +74,24 @@ def _record(bench: Benchmark, sample: VideoSample, q: Question, answer: Answer |
     output = answer.text if answer else ""
     parsed = bench.parse(output, q) if answer else None
     rec = {
-        "benchmark": bench.name, "question_id": q.qid, "video_id": sample.video_id, "categories": q.categories,
-        "prompt": q.prompt, "options": q.options, "output": output, "parsed": parsed, "gold": q.gold,
-        "correct": error is None and parsed == q.gold, "error": error, "time_s": q.time_s,
+        "benchmark": bench.name,
+        "question_id": q.qid,
+        "video_id": sample.video_id,
+        "categories": q.categories,
+        "prompt": q.prompt,
+        "options": q.options,
+        "output": output,
+        "parsed": parsed,
+        "gold": q.gold,
+        "correct": error is None and parsed == q.gold,
+        "error": error,
+        "time_s": q.time_s,
     }
     if answer is not None and answer.reference is not None:
         ref = answer.reference
         rec["reference"] = {
-            "output": ref.text, "parsed": bench.parse(ref.text, q),
+            "output": ref.text,
+            "parsed": bench.parse(ref.text, q),
             "agree": bench.parse(ref.text, q) == parsed,
             "kl_first_token": float(torch.sum(ref.first_logprobs.exp() * (ref.first_logprobs - answer.first_logprobs))),
         }
@@ -91,9 +104,17 @@ def _error(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _stream(session: StreamingSession, sample: VideoSample, open_frames: Callable[[], FrameSource],
-            todo: list[Question], cfg: RunConfig, bench: Benchmark, out: _Appender, memory: _Appender,
-            progress: Progress) -> None:
+def _stream(
+    session: StreamingSession,
+    sample: VideoSample,
+    open_frames: Callable[[], FrameSource],
+    todo: list[Question],
+    cfg: RunConfig,
+    bench: Benchmark,
+    out: _Appender,
+    memory: _Appender,
+    progress: Progress,
+) -> None:
     """Stream one video and answer its remaining questions (offline: after the whole video; streaming: in time).
 
     Chunk boundaries fall every ``eval.chunk_frames`` frames from the start, whoever asks what: a streaming question
@@ -148,8 +169,15 @@ def _stream(session: StreamingSession, sample: VideoSample, open_frames: Callabl
             progress.answered()
 
 
-def _metrics(bench: Benchmark, records: list[dict], cfg: RunConfig, parts_info: dict, expected: int,
-             elapsed_s: float, memory_path: Path) -> dict:
+def _metrics(
+    bench: Benchmark,
+    records: list[dict],
+    cfg: RunConfig,
+    parts_info: dict,
+    expected: int,
+    elapsed_s: float,
+    memory_path: Path,
+) -> dict:
     steps = read_jsonl(memory_path)[0]
     passes = [s["compress"] for s in steps if s["compress"]]
     refs = [r["reference"] for r in records if "reference" in r]
@@ -162,15 +190,20 @@ def _metrics(bench: Benchmark, records: list[dict], cfg: RunConfig, parts_info: 
         "n_errors": sum(r["error"] is not None for r in records),
         "errors": dict(Counter(r["error"].split(":")[0] for r in records if r["error"] is not None)),
         "complete": len(records) == expected,
-        "model": cfg.model.family, "checkpoint": cfg.model.checkpoint or ("tiny" if cfg.model.tiny else None),
-        "policy": cfg.compress.name, "storage": cfg.quant.name, "bits": cfg.quant.bits,
+        "model": cfg.model.family,
+        "checkpoint": cfg.model.checkpoint or ("tiny" if cfg.model.tiny else None),
+        "policy": cfg.compress.name,
+        "storage": cfg.quant.name,
+        "bits": cfg.quant.bits,
         **parts_info,
         "memory": {
             "peak_cache_tokens": max((s["total_tokens"] for s in steps), default=0),
             "peak_video_tokens": max((s["video_tokens"] for s in steps), default=0),
             "peak_cache_bytes": max((s["cache_bytes"] for s in steps), default=0),
             "peak_memory_bytes": max((s["peak_memory_bytes"] for s in steps), default=0),
-            "frames": sum(max(s["frames_seen"] for s in steps if s["video_id"] == v) for v in {s["video_id"] for s in steps}),
+            "frames": sum(
+                max(s["frames_seen"] for s in steps if s["video_id"] == v) for v in {s["video_id"] for s in steps}
+            ),
         },
         "time": {
             "seconds": elapsed_s,
@@ -256,16 +289,27 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
                 parts = build_parts(cfg)
                 session = parts.session(cfg.compress.c_ratio, reference=cfg.eval.reference.value == "full")
                 print(f"run directory: {run_dir}", file=sys.stderr, flush=True)  # the end summary repeats it
-            _stream(session, sample, lambda: ahead.open(sample, following.get(sample.video_id)), todo, cfg, bench,
-                    out, memory, progress)
+            _stream(
+                session,
+                sample,
+                lambda: ahead.open(sample, following.get(sample.video_id)),
+                todo,
+                cfg,
+                bench,
+                out,
+                memory,
+                progress,
+            )
     finally:
         progress.close()
         ahead.close()
         out.close()
         memory.close()
     records = read_predictions(run_dir / PREDICTIONS)
-    parts_info = {"budget_tokens": parts.budget if parts else cfg.compress.budget,
-                  "budget_bytes": parts.budget_bytes if parts else None}
+    parts_info = {
+        "budget_tokens": parts.budget if parts else cfg.compress.budget,
+        "budget_bytes": parts.budget_bytes if parts else None,
+    }
     metrics = _metrics(bench, records, cfg, parts_info, expected, time.perf_counter() - t0, run_dir / MEMORY)
     (run_dir / METRICS).write_text(json.dumps(metrics, indent=2))
     prov["end"] = now()
@@ -277,12 +321,16 @@ def summary(metrics: dict) -> str:
     """A short markdown table of what a run did."""
     s, m, t = metrics["scores"], metrics["memory"], metrics["time"]
     rows = [
-        ("benchmark", metrics["benchmark"]), ("model", metrics["model"] + (f" ({metrics['checkpoint']})" if metrics["checkpoint"] else "")),
+        ("benchmark", metrics["benchmark"]),
+        ("model", metrics["model"] + (f" ({metrics['checkpoint']})" if metrics["checkpoint"] else "")),
         ("policy / storage", f"{metrics['policy']} / {metrics['storage']}"),
         ("budget |M| (tokens)", metrics["budget_tokens"]),
-        ("accuracy", "n/a" if s["overall"] is None else f"{s['overall']:.1f}"), ("questions", f"{metrics['n_questions']} ({metrics['n_errors']} failed)"),
-        ("frames streamed", m["frames"]), ("peak cache tokens", m["peak_cache_tokens"]),
-        ("peak cache bytes", f"{m['peak_cache_bytes']:,}"), ("compression passes", t["compress_passes"]),
+        ("accuracy", "n/a" if s["overall"] is None else f"{s['overall']:.1f}"),
+        ("questions", f"{metrics['n_questions']} ({metrics['n_errors']} failed)"),
+        ("frames streamed", m["frames"]),
+        ("peak cache tokens", m["peak_cache_tokens"]),
+        ("peak cache bytes", f"{m['peak_cache_bytes']:,}"),
+        ("compression passes", t["compress_passes"]),
         ("time (s)", f"{t['seconds']:.1f}"),
     ]
     if "reference" in metrics:

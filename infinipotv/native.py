@@ -40,8 +40,9 @@ def _build(compiler: str, source: Path, flags: list[str], target: Path) -> None:
     with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
         partial = Path(tmp.name)
     try:
-        subprocess.run([compiler, *flags, str(source), "-o", str(partial)], check=True, capture_output=True,
-                       text=True, timeout=120)
+        subprocess.run(
+            [compiler, *flags, str(source), "-o", str(partial)], check=True, capture_output=True, text=True, timeout=120
+        )
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)

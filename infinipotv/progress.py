@@ -29,8 +29,13 @@ class Progress:
         self.frames = self.passes = 0
         self._frames_before = self._steps = 0
         self.questions, self.done = questions, 0
-        self.bar = tqdm(total=questions, desc="questions", unit="q", dynamic_ncols=True,
-                        disable=not (interactive() if enabled is None else enabled))
+        self.bar = tqdm(
+            total=questions,
+            desc="questions",
+            unit="q",
+            dynamic_ncols=True,
+            disable=not (interactive() if enabled is None else enabled),
+        )
 
     def start_video(self) -> None:
         """A video starts streaming (its session's trace starts anew)."""
@@ -41,7 +46,7 @@ class Progress:
 
     def streamed(self, session: StreamingSession) -> None:
         """Frames fed and passes made since the last call, read from the session's count and trace."""
-        steps = session.trace[self._steps:]
+        steps = session.trace[self._steps :]
         self._steps = len(session.trace)
         self.passes += sum(s.compress.passes for s in steps if s.compress)
         self.frames = self._frames_before + session.video.frames_seen
@@ -52,14 +57,19 @@ class Progress:
         self.bar.update(n)
 
     def _show(self) -> None:
-        self.bar.set_postfix_str(f"video {self.video}/{self.videos}, {self.frames} frames, {self.passes} passes",
-                                 refresh=True)
+        self.bar.set_postfix_str(
+            f"video {self.video}/{self.videos}, {self.frames} frames, {self.passes} passes", refresh=True
+        )
 
     def _log(self, what: str) -> None:
         """One line in a log where the bar is off."""
         if self.bar.disable:
-            print(f"progress: {what}: {self.done}/{self.questions} questions answered, {self.frames} frames streamed, "
-                  f"{self.passes} passes", file=sys.stderr, flush=True)
+            print(
+                f"progress: {what}: {self.done}/{self.questions} questions answered, {self.frames} frames streamed, "
+                f"{self.passes} passes",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self) -> None:
         self.bar.close()

@@ -23,7 +23,12 @@ from typing import Any
 from omegaconf import OmegaConf
 
 PREDICTIONS, METRICS, MEMORY, PROVENANCE, CONFIG = (
-    "predictions.jsonl", "metrics.json", "memory.jsonl", "provenance.json", "config.yaml")
+    "predictions.jsonl",
+    "metrics.json",
+    "memory.jsonl",
+    "provenance.json",
+    "config.yaml",
+)
 LOCK = ".lock"
 #: Top-level config keys that say where and how a run is reported, not what it computes: a resume may change them.
 NOT_THE_RUN = ("run_dir", "tracking", "experiment", "table", "retry_errors")
@@ -47,8 +52,10 @@ def claim(run_dir: Path, config_yaml: str) -> Iterator[None]:
         except OSError:
             lock.seek(0)
             holder = lock.read().strip() or "another process"
-            raise RunDirError(f"run directory {run_dir} is being written by {holder}: wait for that job to end, or "
-                              f"give this one another run_dir=") from None
+            raise RunDirError(
+                f"run directory {run_dir} is being written by {holder}: wait for that job to end, or "
+                f"give this one another run_dir="
+            ) from None
         lock.seek(0)
         lock.truncate()
         lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
@@ -73,14 +80,19 @@ def config_conflict(run_dir: Path, config_yaml: str) -> str | None:
     if not path.is_file():
         return None
     before, after = (_flat(OmegaConf.to_container(OmegaConf.create(text))) for text in (path.read_text(), config_yaml))
-    changed = [key for key in sorted(set(before) | set(after))
-               if key.split(".")[0] not in NOT_THE_RUN and before.get(key, "<unset>") != after.get(key, "<unset>")]
+    changed = [
+        key
+        for key in sorted(set(before) | set(after))
+        if key.split(".")[0] not in NOT_THE_RUN and before.get(key, "<unset>") != after.get(key, "<unset>")
+    ]
     if not changed:
         return None
     shown = "; ".join(f"{key}: {before.get(key, '<unset>')!r} -> {after.get(key, '<unset>')!r}" for key in changed[:6])
     more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
-    return (f"{run_dir} holds a run of another configuration ({shown}{more}): resume it with its own settings "
-            f"({path}), or give this run another run directory")
+    return (
+        f"{run_dir} holds a run of another configuration ({shown}{more}): resume it with its own settings "
+        f"({path}), or give this run another run directory"
+    )
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:

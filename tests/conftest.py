@@ -28,8 +28,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
             item.add_marker(pytest.mark.xdist_group(group))
 
-TINY_QWEN2VL = dict(family="qwen2vl", tiny=True, dtype="float32", min_pixels=56 * 56, max_pixels=112 * 112,
-                    options={"num_layers": 2, "hidden_size": 128, "num_heads": 4, "num_kv_heads": 2, "seed": 0})
+
+TINY_QWEN2VL = dict(
+    family="qwen2vl",
+    tiny=True,
+    dtype="float32",
+    min_pixels=56 * 56,
+    max_pixels=112 * 112,
+    options={"num_layers": 2, "hidden_size": 128, "num_heads": 4, "num_kv_heads": 2, "seed": 0},
+)
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_py(*overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python run.py OVERRIDES`` from the repository root; output captured."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "run.py", *overrides], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "run.py", *overrides], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def lines(path: Path) -> list[dict]:

@@ -42,7 +42,11 @@ def _room(name: str) -> str | None:
 
 def _graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = defaultdict(set)
-    rooms = {path.stem for path in PACKAGE.iterdir() if path.suffix == ".py" or (path.is_dir() and path.name != "__pycache__")}
+    rooms = {
+        path.stem
+        for path in PACKAGE.iterdir()
+        if path.suffix == ".py" or (path.is_dir() and path.name != "__pycache__")
+    }
     for path in PACKAGE.rglob("*.py"):
         room = _room(_module(path))
         if room is None:  # the package's own __init__
@@ -97,12 +101,18 @@ def test_the_job_depends_on_no_results_code():
 
 @pytest.mark.parametrize("room", ["kv", "models"])
 def test_lower_layers_import_nothing_from_the_config_layer(room):
-    offenders = [str(path.relative_to(ROOT)) for path in (PACKAGE / room).rglob("*.py")
-                 if any(_room(name) == "config" for name in _imports(path))]
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in (PACKAGE / room).rglob("*.py")
+        if any(_room(name) == "config" for name in _imports(path))
+    ]
     assert not offenders, f"{room}/ imports the config layer: {offenders}"
 
 
 def test_benches_never_import_tests():
-    offenders = [str(path.relative_to(ROOT)) for path in (ROOT / "bench").rglob("*.py")
-                 if any(name.split(".")[0] == "tests" for name in _imports(path))]
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "bench").rglob("*.py")
+        if any(name.split(".")[0] == "tests" for name in _imports(path))
+    ]
     assert not offenders, f"bench/ imports tests/: {offenders}"

@@ -55,8 +55,11 @@ def test_the_documented_policy_is_a_config_choice_and_keeps_the_contract(tmp_pat
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_every_registering_module_is_imported_by_its_package(package):
     folder = ROOT / "infinipotv" / package
-    registering = {path.stem for path in folder.glob("*.py") if PACKAGES[package] in path.read_text()
-                   and path.stem not in ("__init__", "base")}
+    registering = {
+        path.stem
+        for path in folder.glob("*.py")
+        if PACKAGES[package] in path.read_text() and path.stem not in ("__init__", "base")
+    }
     imported = set()
     for node in ast.walk(ast.parse((folder / "__init__.py").read_text())):
         if isinstance(node, ast.ImportFrom) and node.module in (None, f"infinipotv.{package}"):

@@ -38,7 +38,7 @@ def test_the_bar_counts_videos_frames_questions_and_passes(tiny_qwen2vl, monkeyp
         session.start(f"v{video}")
         progress.start_video()
         for start in range(0, len(frames), 2):
-            session.feed(frames[start:start + 2], fps=2.0)
+            session.feed(frames[start : start + 2], fps=2.0)
             progress.streamed(session)
         progress.answered()
     passes = sum(s.compress.passes for s in session.trace if s.compress)

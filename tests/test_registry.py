@@ -11,11 +11,15 @@ from infinipotv.models import ADAPTERS
 from infinipotv.models.base import register_adapter
 
 
-@pytest.mark.parametrize("registry, add", [
-    (POLICIES, lambda cls: register("tar")(cls)),
-    (BENCHMARKS, lambda cls: register_benchmark(type("Twin", (cls,), {"name": "videomme"}))),
-    (ADAPTERS, lambda cls: register_adapter(type("Twin", (cls,), {"family": "qwen2vl"}))),
-], ids=["policy", "benchmark", "model"])
+@pytest.mark.parametrize(
+    "registry, add",
+    [
+        (POLICIES, lambda cls: register("tar")(cls)),
+        (BENCHMARKS, lambda cls: register_benchmark(type("Twin", (cls,), {"name": "videomme"}))),
+        (ADAPTERS, lambda cls: register_adapter(type("Twin", (cls,), {"family": "qwen2vl"}))),
+    ],
+    ids=["policy", "benchmark", "model"],
+)
 def test_a_name_registered_twice_is_refused(registry, add):
     before = dict(registry)
     original = next(iter(registry.values()))

@@ -20,8 +20,16 @@ from tests.helpers import ROOT, lines, run_py
 # The real SmolLM2 on small symbolic streams: 2 videos x 48 frames (576 vision tokens) under |M| = 144, chunks of
 # 2 frames, so every video is compressed many times and half the questions are asked while it plays.
 SYMBOLIC = ["benchmark.options.n_videos=2", "benchmark.options.frames=48"]
-TINY = ["model=tiny_qwen2vl", "compress=tar_van_pool", "compress.budget=96", "eval.chunk_frames=2", "quant=fp16",
-        "benchmark=symbolic", "benchmark.options.n_videos=3", "benchmark.options.frames=48"]
+TINY = [
+    "model=tiny_qwen2vl",
+    "compress=tar_van_pool",
+    "compress.budget=96",
+    "eval.chunk_frames=2",
+    "quant=fp16",
+    "benchmark=symbolic",
+    "benchmark.options.n_videos=3",
+    "benchmark.options.frames=48",
+]
 
 
 def predictions(run_dir: Path) -> bytes:
@@ -45,8 +53,9 @@ def _kill_after(args: list[str], answers: int, extra_s: float, timeout: float = 
     """Start run.py, SIGKILL it ``extra_s`` after it has written ``answers`` answers (mid-stream or mid-line)."""
     run_dir = Path(next(a for a in args if a.startswith("run_dir=")).split("=", 1)[1])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "run.py", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "run.py", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + timeout
     path = run_dir / "predictions.jsonl"
     while time.time() < deadline and proc.poll() is None:
@@ -73,12 +82,16 @@ def test_kill_and_resume_gives_the_uninterrupted_predictions_byte_for_byte(tmp_p
     assert predictions(run_dir) == expected
 
     def trace(run: Path) -> list[tuple]:
-        return sorted((s["video_id"], s["step"], s["frames_seen"], s["video_tokens"], s["cache_bytes"])
-                      for s in lines(run / "memory.jsonl"))
+        return sorted(
+            (s["video_id"], s["step"], s["frames_seen"], s["video_tokens"], s["cache_bytes"])
+            for s in lines(run / "memory.jsonl")
+        )
 
     assert trace(run_dir) == trace(full_run)
-    resumed_metrics, full_metrics = ({k: v for k, v in json.loads((run / "metrics.json").read_text()).items()
-                                      if k not in ("time", "memory")} for run in (run_dir, full_run))
+    resumed_metrics, full_metrics = (
+        {k: v for k, v in json.loads((run / "metrics.json").read_text()).items() if k not in ("time", "memory")}
+        for run in (run_dir, full_run)
+    )
     assert resumed_metrics == full_metrics
 
 
@@ -91,8 +104,9 @@ def test_a_subset_answers_each_question_as_the_full_run(tmp_path, full_run, symb
         by_video.setdefault(r["video_id"], []).append(q)
     # a streaming question late in one video alone, and the last question of another without the ones before it
     ids = [streaming[len(streaming) // 2], list(by_video.values())[1][-1]]
-    subset = run_py(*SYMBOLIC, f"benchmark.root={symbolic_data}", f"benchmark.ids=[{','.join(ids)}]",
-                    f"run_dir={tmp_path / 'ids'}")
+    subset = run_py(
+        *SYMBOLIC, f"benchmark.root={symbolic_data}", f"benchmark.ids=[{','.join(ids)}]", f"run_dir={tmp_path / 'ids'}"
+    )
     assert subset.returncode == 0, subset.stderr
     shard = run_py(*SYMBOLIC, f"benchmark.root={symbolic_data}", "benchmark.shard=1/2", f"run_dir={tmp_path / 'shard'}")
     assert shard.returncode == 0, shard.stderr
@@ -110,8 +124,17 @@ def test_two_writers_never_answer_a_question_twice(tmp_path):
         assert len(refused.stderr.strip().splitlines()) == 1 and not (run_dir / "predictions.jsonl").exists()
     (run_dir / "config.yaml").unlink()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "run.py", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "run.py", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     codes = [proc.wait(timeout=300) for proc in procs]
     assert sorted(codes) in ([0, 0], [0, 2]), codes  # the second waits for nothing: refused, or resumes a done run
     ids = [r["question_id"] for r in lines(run_dir / "predictions.jsonl")]
@@ -158,10 +181,18 @@ def test_an_unencodable_question_costs_only_itself_and_is_retried_once_fixed(tmp
 def test_default_run_directories_are_unique_and_hydra_writes_nowhere_else(tmp_path):
     """Parallel launches without run_dir get their own folders; with run_dir, Hydra's log and .hydra/ go there."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    args = [sys.executable, str(ROOT / "run.py"), *TINY, f"benchmark.root={tmp_path / 'data'}", "benchmark.limit=1",
-            "benchmark.options.n_videos=1"]
-    procs = [subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for _ in range(2)]  # launched together: the same second, the same data generated by both
+    args = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        *TINY,
+        f"benchmark.root={tmp_path / 'data'}",
+        "benchmark.limit=1",
+        "benchmark.options.n_videos=1",
+    ]
+    procs = [
+        subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(2)
+    ]  # launched together: the same second, the same data generated by both
     assert [proc.wait(timeout=300) for proc in procs] == [0, 0]
     assert len(list((tmp_path / "results" / "runs").glob("*/*/predictions.jsonl"))) == 2
 

@@ -21,10 +21,10 @@ from typing import Any
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
-from hydra_plugins.hydra_submitit_launcher import submitit_launcher
-from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import OmegaConf
 
+from hydra_plugins.hydra_submitit_launcher import submitit_launcher
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.infinipotv_launcher.sweep_check import PlannedJob, check_sweep, job_name
 
 log = logging.getLogger(__name__)
@@ -74,8 +74,9 @@ class _CheckedLaunch:
 
         params = dict(self.params)
         folder = params.pop("submitit_folder")
-        init = {f"{self._EXECUTOR}_max_num_timeout": params.pop("max_num_timeout")} if "max_num_timeout" in params \
-            else {}
+        init = (
+            {f"{self._EXECUTOR}_max_num_timeout": params.pop("max_num_timeout")} if "max_num_timeout" in params else {}
+        )
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=folder, **init)
         shared = set(OmegaConf.structured(BaseQueueConf).keys())  # the keys submitit knows without a prefix
         if params.get("name") == self.config.hydra.job.name:  # type: ignore[attr-defined]  # the default, "run"
@@ -86,15 +87,21 @@ class _CheckedLaunch:
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from submitit.helpers import as_completed
 
-        planned = check_sweep(self.hydra_context.config_loader, self.config, job_overrides,  # type: ignore
-                              initial_job_idx)
+        planned = check_sweep(
+            self.hydra_context.config_loader,
+            self.config,
+            job_overrides,  # type: ignore
+            initial_job_idx,
+        )
         sweep = self.config.hydra.sweep  # type: ignore[attr-defined]
         Path(str(sweep.dir)).mkdir(parents=True, exist_ok=True)
         if "mode" in sweep:
             os.chmod(str(sweep.dir), int(str(sweep.mode), 8))
         executor = self._executor(planned)
-        calls = [(list(job.overrides), "hydra.sweep.dir", job.num, f"job_id_for_{job.num}", Singleton.get_state())
-                 for job in planned]
+        calls = [
+            (list(job.overrides), "hydra.sweep.dir", job.num, f"job_id_for_{job.num}", Singleton.get_state())
+            for job in planned
+        ]
         jobs = executor.map_array(self, *zip(*calls))
         for job, plan in zip(jobs, planned):
             log.info(f"submitted job {job.job_id}: {plan.describe()} -> {plan.run_dir}")
@@ -107,8 +114,11 @@ class _CheckedLaunch:
                 line = outcome(ret._return_value)
             except Exception as err:  # FailedJobError, UncompletedJobError (cancelled, node failure, timeouts)
                 line = _failure(job, err)
-                ret = JobReturn(overrides=list(plan.overrides), status=JobStatus.FAILED,
-                                _return_value=JobFailed(f"job {job.job_id} ({plan.describe()}) {line}"))
+                ret = JobReturn(
+                    overrides=list(plan.overrides),
+                    status=JobStatus.FAILED,
+                    _return_value=JobFailed(f"job {job.job_id} ({plan.describe()}) {line}"),
+                )
             log.info(f"job {job.job_id} {plan.describe()}: {line}")
             returns[job.job_id] = ret
         failed = [ret for ret in returns.values() if ret.status is JobStatus.FAILED]

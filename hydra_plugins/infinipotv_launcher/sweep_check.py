@@ -36,7 +36,7 @@ class SweepRejected(CompactHydraException):
 
 @dataclass
 class PlannedJob:
-    """One job of a sweep as it will run: its number, overrides, run directory and what is wrong with it, if anything."""
+    """One job of a sweep as it will run: its number, overrides, run directory and what is wrong with it, if any."""
 
     num: int
     overrides: list[str]
@@ -60,8 +60,9 @@ def _run_dir(sweep_config: DictConfig, run_dir_override: str | None) -> Path | N
     if run_dir_override:
         return Path(run_dir_override).absolute()
     try:
-        return Path(os.path.abspath(os.path.join(str(sweep_config.hydra.sweep.dir),
-                                                 str(sweep_config.hydra.sweep.subdir))))
+        return Path(
+            os.path.abspath(os.path.join(str(sweep_config.hydra.sweep.dir), str(sweep_config.hydra.sweep.subdir)))
+        )
     except OmegaConfBaseException:
         return None  # a subdir naming ${hydra.job.id}: known only once submitted (and never resumable)
 
@@ -88,8 +89,10 @@ def data_problem(cfg: Any) -> str | None:
     if not missing:
         return None
     data = os.environ.get(DATA_ENV)
-    return (f"{' and '.join(missing)} not found: set {DATA_ENV} to the folder that holds {bench.root.name}/ "
-            f"(now {data or 'unset'}), or benchmark.root=DIR and benchmark.annotations=FILE")
+    return (
+        f"{' and '.join(missing)} not found: set {DATA_ENV} to the folder that holds {bench.root.name}/ "
+        f"(now {data or 'unset'}), or benchmark.root=DIR and benchmark.annotations=FILE"
+    )
 
 
 def job_name(master: DictConfig, jobs: Sequence[PlannedJob]) -> str:
@@ -99,8 +102,9 @@ def job_name(master: DictConfig, jobs: Sequence[PlannedJob]) -> str:
     overrides = [dict(o.lstrip("+~").split("=", 1) for o in filter_overrides(j.overrides) if "=" in o) for j in jobs]
     keys = [k for k in dict.fromkeys(k for o in overrides for k in o) if k not in hidden]  # as run dirs are named
     values = {k: list(dict.fromkeys(o.get(k, "-") for o in overrides)) for k in keys}
-    varied = [f"{k}={','.join(v)}" for k, v in values.items() if len(v) > 1] or [f"{k}={v[0]}" for k, v in
-                                                                                 values.items()]
+    varied = [f"{k}={','.join(v)}" for k, v in values.items() if len(v) > 1] or [
+        f"{k}={v[0]}" for k, v in values.items()
+    ]
     experiment = OmegaConf.select(master, "experiment", default=None)
     name = " ".join([str(experiment)] * bool(experiment) + varied) or str(master.hydra.job.name)
     return name[:NAME_CHARS]
@@ -135,8 +139,9 @@ def plan_job(config_loader: Any, master: DictConfig, overrides: Sequence[str], n
     return job
 
 
-def check_sweep(config_loader: Any, master: DictConfig, job_overrides: Sequence[Sequence[str]],
-                first_num: int = 0) -> list[PlannedJob]:
+def check_sweep(
+    config_loader: Any, master: DictConfig, job_overrides: Sequence[Sequence[str]], first_num: int = 0
+) -> list[PlannedJob]:
     """Plan every job of a sweep; raise :class:`SweepRejected` naming each job that cannot run."""
     jobs = [plan_job(config_loader, master, o, first_num + i) for i, o in enumerate(job_overrides)]
     owner: dict[Path, PlannedJob] = {}
@@ -144,13 +149,16 @@ def check_sweep(config_loader: Any, master: DictConfig, job_overrides: Sequence[
         if job.run_dir is None or job.problem:
             continue
         if job.run_dir in owner:
-            job.problem = (f"writes to the same run directory as {owner[job.run_dir].describe()} ({job.run_dir}): "
-                           f"put ${{hydra.job.num}} or ${{hydra.job.override_dirname}} in hydra.sweep.subdir")
+            job.problem = (
+                f"writes to the same run directory as {owner[job.run_dir].describe()} ({job.run_dir}): "
+                f"put ${{hydra.job.num}} or ${{hydra.job.override_dirname}} in hydra.sweep.subdir"
+            )
         owner.setdefault(job.run_dir, job)
     bad = [job for job in jobs if job.problem]
     if bad:
         lines = [f"  {job.describe()}: {job.problem}" for job in bad]
-        raise SweepRejected(f"sweep rejected, nothing submitted: {len(bad)} of {len(jobs)} jobs cannot run\n"
-                            + "\n".join(lines))
+        raise SweepRejected(
+            f"sweep rejected, nothing submitted: {len(bad)} of {len(jobs)} jobs cannot run\n" + "\n".join(lines)
+        )
     log.info(f"sweep checked: {len(jobs)} jobs compose and validate")
     return jobs

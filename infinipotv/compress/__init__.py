@@ -9,8 +9,17 @@ tar_van_pool (InfiniPot-V), tar_reversed, van_reversed, tar_frame.
 """
 
 from . import baselines, frames, tar_van  # noqa: F401  (registers the policies)
-from .base import (POLICIES, PRESETS, Policy, build, compressed_size, pinned_params, policy_params, register,
-                   resolve_params)
+from .base import (
+    POLICIES,
+    PRESETS,
+    Policy,
+    build,
+    compressed_size,
+    pinned_params,
+    policy_params,
+    register,
+    resolve_params,
+)
 from .layout import FRAME_VIEWS, FrameLayout
 from .pooling import POOLINGS
 

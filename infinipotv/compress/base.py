@@ -164,8 +164,9 @@ class Policy:
             keys, values = keys.float(), values.float()
         kept = self.keep(keys, values, layout, n_keep, layer, n_layers).long()
         if kept.shape != (heads, n_keep):
-            raise RuntimeError(f"policy {self.name!r} returned indices of shape {tuple(kept.shape)}, expected "
-                               f"{(heads, n_keep)}")
+            raise RuntimeError(
+                f"policy {self.name!r} returned indices of shape {tuple(kept.shape)}, expected {(heads, n_keep)}"
+            )
         return ascending(kept, n_tokens, self.name)
 
 
@@ -227,8 +228,10 @@ def resolve_params(name: str, preset: str = "paper", given: dict[str, Any] | Non
         pins = pinned_params(name)
         pinned = [f"{k}={pins[k]!r}" for k in unknown if k in pins]
         valid = ", ".join(params) or "none"
-        raise TypeError(f"compression policy {name!r} has no parameter {', '.join(unknown)}"
-                        f"{' (it pins ' + ', '.join(pinned) + ')' if pinned else ''}; its parameters: {valid}")
+        raise TypeError(
+            f"compression policy {name!r} has no parameter {', '.join(unknown)}"
+            f"{' (it pins ' + ', '.join(pinned) + ')' if pinned else ''}; its parameters: {valid}"
+        )
     params.update({k: v for k, v in PRESETS[preset].items() if k in params})
     params.update(given)
     return params

@@ -113,8 +113,9 @@ def frame_coords(layout: FrameLayout, frame_view: str, n_tokens: int) -> FrameCo
         frame = torch.arange(n_frames, device=ids.device).repeat_interleave(p)[pad:]
         slot = torch.arange(p, device=ids.device).repeat(n_frames)[pad:]
         heads = ids.shape[0]
-        return FrameCoords(frame.expand(heads, n_tokens), slot.expand(heads, n_tokens), n_frames, n_frames,
-                           layout.grid, offset=pad)
+        return FrameCoords(
+            frame.expand(heads, n_tokens), slot.expand(heads, n_tokens), n_frames, n_frames, layout.grid, offset=pad
+        )
     if frame_view == "grid_aware":
         ids = ids.long()
         true_frame = ids // p

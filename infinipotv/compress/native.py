@@ -10,8 +10,9 @@ Built like the KIVI codec (:func:`infinipotv.native.compiled`: the system C comp
 cache folder), and checked on every load against PyTorch on random rows of each dtype and of the head_dims in the
 check: a build whose results differ in one bit (another PyTorch whose reductions run in another order, another CPU)
 is not used, with one warning line. The calls are not wrapped in ``torch.profiler.record_function`` (three per layer
-would cost more than the kernels' own dispatch): a profile with stacks shows them under their Python callers. Where no build applies (GPU tensors, head_dim not a multiple of 8 or over the
-kernel's limit, no compiler, not x86-64) the PyTorch path runs; ``INFINIPOTV_NATIVE_SCORES=0`` always takes it.
+would cost more than the kernels' own dispatch): a profile with stacks shows them under their Python callers.
+Where no build applies (GPU tensors, head_dim not a multiple of 8 or over the kernel's limit, no compiler, not
+x86-64) the PyTorch path runs; ``INFINIPOTV_NATIVE_SCORES=0`` always takes it.
 """
 
 from __future__ import annotations
@@ -61,8 +62,11 @@ def library() -> ctypes.CDLL | None:
         lib = builder.compiled(cc, SOURCE, FLAGS)
     except (OSError, subprocess.SubprocessError) as err:
         detail = getattr(err, "stderr", None) or err
-        warnings.warn(f"compression scores: building {SOURCE.name} with {cc} failed ({str(detail).strip()[:300]}): "
-                      f"the PyTorch path runs (slower on CPU; {ENV}=0 silences this)", stacklevel=3)
+        warnings.warn(
+            f"compression scores: building {SOURCE.name} with {cc} failed ({str(detail).strip()[:300]}): "
+            f"the PyTorch path runs (slower on CPU; {ENV}=0 silences this)",
+            stacklevel=3,
+        )
         return None
     for name, args in SIGNATURES.items():
         for dtype in DTYPES.values():
@@ -72,8 +76,11 @@ def library() -> ctypes.CDLL | None:
     lib.ascending_indices.argtypes, lib.ascending_indices.restype = [_p, _i64, _i64, _i64, _p, _p], ctypes.c_int64
     mismatch = _mismatch(lib)
     if mismatch:
-        warnings.warn(f"compression scores: the kernels of {SOURCE.name} differ from PyTorch {torch.__version__} "
-                      f"({mismatch}): the PyTorch path runs ({ENV}=0 silences this)", stacklevel=3)
+        warnings.warn(
+            f"compression scores: the kernels of {SOURCE.name} differ from PyTorch {torch.__version__} "
+            f"({mismatch}): the PyTorch path runs ({ENV}=0 silences this)",
+            stacklevel=3,
+        )
         return None
     return lib
 
@@ -106,8 +113,9 @@ def row_norms(x: torch.Tensor) -> torch.Tensor:
     return _run(library(), "row_norms", x)
 
 
-def unit_dot(keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor, tokens: int | None = None
-             ) -> torch.Tensor:
+def unit_dot(
+    keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor, tokens: int | None = None
+) -> torch.Tensor:
     """``(unit * sums[h, slot]).sum(-1)``, ``[H, T]``, where ``unit = F.normalize(keys.float(), dim=-1, eps=eps)``
     computed as :func:`~infinipotv.compress.scores.unit_keys` does; ``slot`` ``[H, T]`` int64 (rows may be one row
     expanded over the heads), ``sums`` ``[H, P, D]`` float32. Bit for bit the products and sums of the PyTorch
@@ -132,8 +140,9 @@ def ascending(kept: torch.Tensor, n_tokens: int) -> tuple[torch.Tensor, str]:
     return out, ASCENDING_ERRORS.get(status, "")
 
 
-def _unit_dot(lib: ctypes.CDLL, keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor,
-              tokens: int | None = None) -> torch.Tensor:
+def _unit_dot(
+    lib: ctypes.CDLL, keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor, tokens: int | None = None
+) -> torch.Tensor:
     h, t, _ = keys.shape
     slot = slot.to(torch.int64)
     if slot.stride(0) == 0:
@@ -141,8 +150,18 @@ def _unit_dot(lib: ctypes.CDLL, keys: torch.Tensor, eps: float, slot: torch.Tens
     else:
         rows, ss = slot.contiguous(), t
     sums = sums.to(torch.float32).contiguous()
-    return _run(lib, "unit_dot", keys, ctypes.c_float(eps), rows.data_ptr(), ss, sums.data_ptr(), sums.shape[1],
-                t, tokens=tokens)
+    return _run(
+        lib,
+        "unit_dot",
+        keys,
+        ctypes.c_float(eps),
+        rows.data_ptr(),
+        ss,
+        sums.data_ptr(),
+        sums.shape[1],
+        t,
+        tokens=tokens,
+    )
 
 
 def _mismatch(lib: ctypes.CDLL) -> str:

@@ -96,7 +96,7 @@ def pool(scores: torch.Tensor, coords: FrameCoords, mode: str, size: int, clip: 
     n_grid = coords.n_grid_frames
     if coords.offset is not None:  # pseudo frames: token t sits in cell t + offset, a plain shifted copy
         dense = scores.new_zeros(heads, n_grid * coords.tokens_per_frame)
-        dense[:, coords.offset:] = scores
+        dense[:, coords.offset :] = scores
     else:
         dense = coords.to_grid(scores).view(heads, -1)
     if mode == "1d":
@@ -116,4 +116,4 @@ def pool(scores: torch.Tensor, coords: FrameCoords, mode: str, size: int, clip: 
     else:
         raise ValueError(f"pooling mode {mode!r} is unknown; use one of {', '.join(m for m, _ in KERNELS)}")
     pooled = pooled.reshape(heads, -1)
-    return pooled[:, coords.offset:] if coords.offset is not None else pooled.gather(1, coords.cell)
+    return pooled[:, coords.offset :] if coords.offset is not None else pooled.gather(1, coords.cell)

@@ -106,6 +106,6 @@ def _periodic_dot(unit: torch.Tensor, sums: torch.Tensor, offset: int) -> torch.
     heads, n_tokens, dim = unit.shape
     p = sums.shape[1]
     first = min(n_tokens, p - offset)  # the oldest frame holds slots offset .. p-1
-    unit[:, :first].mul_(sums[:, offset:offset + first])
+    unit[:, :first].mul_(sums[:, offset : offset + first])
     unit[:, first:].view(heads, (n_tokens - first) // p, p, dim).mul_(sums.unsqueeze(1))
     return unit.sum(-1)

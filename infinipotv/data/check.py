@@ -34,14 +34,22 @@ _PREFIX = re.compile(r"^.*? \((?P<qid>[^()]*)\): ")  # "<file> row <i> (<qid>): 
 _VALUE = re.compile(r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]|\b\d+\b|(?<=labelled )[A-F]|(?<=position )[A-F]")
 FIXES = [  # (pattern in the reason, the fix); the first match wins
     ("not valid JSON", "repair or delete that line of the file"),
-    ("missing field", "the row lacks a field this benchmark reads: re-download the released file, or check that "
-                      "benchmark.annotations (and benchmark.part) name the right file"),
+    (
+        "missing field",
+        "the row lacks a field this benchmark reads: re-download the released file, or check that "
+        "benchmark.annotations (and benchmark.part) name the right file",
+    ),
     ("time stamp", "write the stamp as H:MM:SS in the annotation row named, or leave it: it is scored as an error"),
-    ("is labelled", "the released option labels are out of order, so the gold option is ambiguous: fix the row's "
-                    "options or leave it (scored as an error)"),
+    (
+        "is labelled",
+        "the released option labels are out of order, so the gold option is ambiguous: fix the row's "
+        "options or leave it (scored as an error)",
+    ),
     ("not one of the options", "the gold answer is not an option (a release error): fix the row or leave it"),
-    ("neither an option letter nor a candidate", "the gold answer is not a candidate (a release error): fix the "
-                                                 "row or leave it"),
+    (
+        "neither an option letter nor a candidate",
+        "the gold answer is not a candidate (a release error): fix the row or leave it",
+    ),
     ("task_type", "a task this benchmark does not score: check benchmark.part and benchmark.annotations"),
     ("is empty", "fill the empty field in the row named (a null is never read as text)"),
     ("is null", "fill the null option in the row named (a null is never read as an option)"),
@@ -71,7 +79,7 @@ class Report:
 def cause_of(error: str) -> tuple[str, str]:
     """A bad row's reason without its file, row and values (the cause), and its question id."""
     m = _PREFIX.match(error)
-    reason = error[m.end():] if m else error
+    reason = error[m.end() :] if m else error
     return _VALUE.sub("…", reason), (m.group("qid") if m else "?")
 
 
@@ -124,18 +132,28 @@ def _examples(items: list[str]) -> str:
 
 def table(report: Report, name: str) -> str:
     """The one table the doctor prints."""
-    rows = [("questions", str(report.questions), "", ""),
-            ("  scorable", str(report.scorable), "", ""),
-            ("  would be errors", str(report.errors), "", ""),
-            ("videos found", str(len(report.found)), f"{report.opened} opened with PyAV", ""),
-            ("videos missing", str(len(report.missing)),
-             _examples([f"{v} ({p})" for v, p in report.missing.items()]),
-             MISSING_FIX.format(name=name) if report.missing else ""),
-            ("videos unreadable", str(len(report.unreadable)),
-             _examples([f"{v}: {why}" for v, why in report.unreadable.items()]),
-             UNREADABLE_FIX if report.unreadable else "")]
-    rows += [(f"bad rows: {cause}", str(len(qids)), _examples(qids), fix_for(cause))
-             for cause, qids in sorted(report.causes.items(), key=lambda kv: -len(kv[1]))]
+    rows = [
+        ("questions", str(report.questions), "", ""),
+        ("  scorable", str(report.scorable), "", ""),
+        ("  would be errors", str(report.errors), "", ""),
+        ("videos found", str(len(report.found)), f"{report.opened} opened with PyAV", ""),
+        (
+            "videos missing",
+            str(len(report.missing)),
+            _examples([f"{v} ({p})" for v, p in report.missing.items()]),
+            MISSING_FIX.format(name=name) if report.missing else "",
+        ),
+        (
+            "videos unreadable",
+            str(len(report.unreadable)),
+            _examples([f"{v}: {why}" for v, why in report.unreadable.items()]),
+            UNREADABLE_FIX if report.unreadable else "",
+        ),
+    ]
+    rows += [
+        (f"bad rows: {cause}", str(len(qids)), _examples(qids), fix_for(cause))
+        for cause, qids in sorted(report.causes.items(), key=lambda kv: -len(kv[1]))
+    ]
     widths = [max(len(r[i]) for r in rows + [("what", "count", "examples", "fix")]) for i in range(3)]
     lines = [f"{'what':<{widths[0]}}  {'count':>{widths[1]}}  {'examples':<{widths[2]}}  fix"]
     lines += [f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip() for a, b, c, d in rows]
@@ -166,8 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"benchmark={cfg.name}{part} root={cfg.root} annotations={annotations}")
     report = examine(samples, args.open)
     print(table(report, cfg.name))
-    verdict = ("every question can be answered" if report.errors == 0 else
-               f"{report.errors} of {report.questions} questions would be scored as errors")
+    verdict = (
+        "every question can be answered"
+        if report.errors == 0
+        else f"{report.errors} of {report.questions} questions would be scored as errors"
+    )
     print(f"\n{verdict}")
     return 0 if report.errors == 0 else 1
 

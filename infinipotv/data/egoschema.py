@@ -17,8 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from infinipotv.data.base import Question, VideoSample, register
-from infinipotv.data.loading import (ANSWER_DIRECTLY, AnnotatedBenchmark, DataError, RowError, check_root,
-                                     first_existing, is_blank, options_from_list, read_json, read_records, text)
+from infinipotv.data.loading import (
+    ANSWER_DIRECTLY,
+    AnnotatedBenchmark,
+    DataError,
+    RowError,
+    check_root,
+    first_existing,
+    is_blank,
+    options_from_list,
+    read_json,
+    read_records,
+    text,
+)
 from infinipotv.data.parsing import egoschema
 
 HUB = "Subset/test-00000-of-00001.parquet"
@@ -34,12 +45,23 @@ def from_official(questions: list[dict[str, Any]], answers: dict[str, Any]) -> l
         uid = str(q.get("q_uid"))
         if uid not in answers:
             continue
-        options = [f"{'ABCDE'[i]}. {q[f'option {i}']}" if not is_blank(q.get(f"option {i}")) else None
-                   for i in range(5)]
-        rows.append({"question_idx": uid, "question": q.get("question"), "video_idx": uid, "option": options,
-                     "answer": answers[uid]})
-    rows += [{"question_idx": uid, "_problem": f"{ANSWERS} names q_uid {uid!r}, which {OFFICIAL} does not hold"}
-             for uid in answers if uid not in by_uid]
+        options = [
+            f"{'ABCDE'[i]}. {q[f'option {i}']}" if not is_blank(q.get(f"option {i}")) else None for i in range(5)
+        ]
+        rows.append(
+            {
+                "question_idx": uid,
+                "question": q.get("question"),
+                "video_idx": uid,
+                "option": options,
+                "answer": answers[uid],
+            }
+        )
+    rows += [
+        {"question_idx": uid, "_problem": f"{ANSWERS} names q_uid {uid!r}, which {OFFICIAL} does not hold"}
+        for uid in answers
+        if uid not in by_uid
+    ]
     return rows
 
 
@@ -66,8 +88,10 @@ class EgoSchema(AnnotatedBenchmark):
         if rows and "q_uid" in rows[0]:
             answers_path = self.annotations.with_name(ANSWERS)
             if not answers_path.is_file():
-                raise DataError(f"{self.annotations} is the official question file; its answers "
-                                f"{answers_path} are missing: download {ANSWERS} from the EgoSchema release")
+                raise DataError(
+                    f"{self.annotations} is the official question file; its answers "
+                    f"{answers_path} are missing: download {ANSWERS} from the EgoSchema release"
+                )
             answers = read_json(answers_path)
             if not isinstance(answers, dict):
                 raise DataError(f"{answers_path} must map q_uid -> answer index, found {type(answers).__name__}")

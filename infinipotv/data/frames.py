@@ -67,8 +67,10 @@ class FrameSource:
         frames before ``start`` are released. ``start`` may not go back past a previous read's start."""
         stop = min(stop, len(self))
         if not self._start <= start < stop:
-            raise ValueError(f"read({start}, {stop}) of {self.plan.path} ({len(self)} frames): ranges are not empty, "
-                             f"in increasing order, and frames before {self._start} were released")
+            raise ValueError(
+                f"read({start}, {stop}) of {self.plan.path} ({len(self)} frames): ranges are not empty, "
+                f"in increasing order, and frames before {self._start} were released"
+            )
         while self._end < stop:
             self._pull()
         while self._start + len(self._held[0]) <= start:

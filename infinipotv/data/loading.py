@@ -46,11 +46,15 @@ def _native(value: Any) -> Any:
 def check_root(root: Path) -> None:
     """A missing or empty benchmark root is one line, not a run of "video not found" errors."""
     if not root.is_dir():
-        raise DataError(f"benchmark.root={root} does not exist; set benchmark.root= (or INFINIPOTV_DATA) to the "
-                        f"folder holding the released annotations and videos (see conf/benchmark/)")
+        raise DataError(
+            f"benchmark.root={root} does not exist; set benchmark.root= (or INFINIPOTV_DATA) to the "
+            f"folder holding the released annotations and videos (see conf/benchmark/)"
+        )
     if not any(root.iterdir()):
-        raise DataError(f"benchmark.root={root} is empty; put the released annotations and videos there "
-                        f"(conf/benchmark/ lists the layout; `python -m infinipotv.data.toy ROOT` writes a small one)")
+        raise DataError(
+            f"benchmark.root={root} is empty; put the released annotations and videos there "
+            f"(conf/benchmark/ lists the layout; `python -m infinipotv.data.toy ROOT` writes a small one)"
+        )
 
 
 def read_text(path: Path) -> str:
@@ -59,9 +63,11 @@ def read_text(path: Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = data[:err.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: not UTF-8 (byte 0x{data[err.start]:02x}); re-save the file as UTF-8, "
-                        f"e.g. iconv -f latin1 -t utf-8 {path.name} > fixed_{path.name}") from None
+        line = data[: err.start].count(b"\n") + 1
+        raise DataError(
+            f"{path}:{line}: not UTF-8 (byte 0x{data[err.start]:02x}); re-save the file as UTF-8, "
+            f"e.g. iconv -f latin1 -t utf-8 {path.name} > fixed_{path.name}"
+        ) from None
 
 
 def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
@@ -73,8 +79,12 @@ def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as err:
-            rows.append({"_problem": f"{path.name}:{n}: not valid JSON ({err.msg} at column {err.colno}); "
-                                     f"fix or delete that line"})
+            rows.append(
+                {
+                    "_problem": f"{path.name}:{n}: not valid JSON ({err.msg} at column {err.colno}); "
+                    f"fix or delete that line"
+                }
+            )
     return rows
 
 
@@ -89,9 +99,11 @@ def read_json(path: Path) -> Any:
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The rows of a released annotation file: .json (a list of rows), .jsonl, .csv or .parquet."""
     if not path.is_file():
-        raise DataError(f"annotation file not found: {path}; put the released file there, set INFINIPOTV_DATA "
-                        f"(or benchmark.root=) to the folder holding it, or point benchmark.annotations at it "
-                        f"(see conf/benchmark/)")
+        raise DataError(
+            f"annotation file not found: {path}; put the released file there, set INFINIPOTV_DATA "
+            f"(or benchmark.root=) to the folder holding it, or point benchmark.annotations at it "
+            f"(see conf/benchmark/)"
+        )
     suffix = path.suffix.lower()
     if suffix == ".json":
         rows = read_json(path)
@@ -107,12 +119,16 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         try:
             frame = pd.read_parquet(path)
         except ImportError as err:
-            raise DataError(f"reading {path} needs pyarrow (pip install pyarrow), or export it to .json with the "
-                            f"same fields and set benchmark.annotations to that file") from err
+            raise DataError(
+                f"reading {path} needs pyarrow (pip install pyarrow), or export it to .json with the "
+                f"same fields and set benchmark.annotations to that file"
+            ) from err
         rows = [{k: _native(v) for k, v in row.items()} for row in frame.to_dict("records")]
     else:
-        raise DataError(f"benchmark.annotations={path}: unsupported file type {suffix!r}; "
-                        f"use the released .parquet/.json/.jsonl/.csv")
+        raise DataError(
+            f"benchmark.annotations={path}: unsupported file type {suffix!r}; "
+            f"use the released .parquet/.json/.jsonl/.csv"
+        )
     if not isinstance(rows, list):
         raise DataError(f"{path} must hold a list of annotation rows (objects), found {type(rows).__name__}")
     return [r if isinstance(r, dict) else {"_problem": f"row is a {type(r).__name__}, not an object"} for r in rows]
@@ -137,7 +153,7 @@ def first_existing(candidates: list[Path]) -> Path:
 
 
 def hms_seconds(stamp: str) -> float:
-    """"HH:MM:SS", "H:MM:SS" or "MM:SS" (fractional seconds allowed) -> seconds. A minutes or seconds field of 60
+    """ "HH:MM:SS", "H:MM:SS" or "MM:SS" (fractional seconds allowed) -> seconds. A minutes or seconds field of 60
     or more (StreamingBench has one "00:12450") is a bad row, not a time three hours into the video."""
     parts = str(stamp).strip().split(":")
     values = [float(p) for p in parts] if all(_NUMBER.fullmatch(p) for p in parts) else []
@@ -176,8 +192,13 @@ def question_from_record(record: dict[str, Any]) -> Question:
     Records that carry ``options`` use them; otherwise they are read back from the prompt's option lines.
     """
     options = record.get("options") or dict(_OPTION_LINE.findall(record.get("prompt") or ""))
-    return Question(qid=str(record["question_id"]), prompt=record.get("prompt") or "", gold=str(record.get("gold")),
-                    options={k: v.strip() for k, v in options.items()}, categories=dict(record.get("categories") or {}))
+    return Question(
+        qid=str(record["question_id"]),
+        prompt=record.get("prompt") or "",
+        gold=str(record.get("gold")),
+        options={k: v.strip() for k, v in options.items()},
+        categories=dict(record.get("categories") or {}),
+    )
 
 
 def benchmark_class(name: str) -> type[Benchmark]:
@@ -265,9 +286,12 @@ class AnnotatedBenchmark(Benchmark):
         problem = f"missing field {err}" if isinstance(err, KeyError) else str(err)
         keep = self.error_categories(row)
         video = row.get(self.video_field)
-        return VideoSample(video_id=qid if is_blank(video) else str(video), path=Path(),
-                           questions=[Question(qid=qid, prompt="", gold="", categories=keep)],
-                           error=f"{row.get('_source') or f'{self.annotations.name} row {index}'} ({qid}): {problem}")
+        return VideoSample(
+            video_id=qid if is_blank(video) else str(video),
+            path=Path(),
+            questions=[Question(qid=qid, prompt="", gold="", categories=keep)],
+            error=f"{row.get('_source') or f'{self.annotations.name} row {index}'} ({qid}): {problem}",
+        )
 
     def error_categories(self, row: dict[str, Any]) -> dict[str, str]:
         """The categories a bad row still has, so its error lands in its table row."""

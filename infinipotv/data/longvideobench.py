@@ -34,8 +34,11 @@ class LongVideoBench(AnnotatedBenchmark):
     default_annotations = "lvb_val.json"
     id_field = "id"
     video_field = "video_id"
-    category_fields = {"duration_group": "duration_group", "question_category": "question_category",
-                       "topic_category": "topic_category"}
+    category_fields = {
+        "duration_group": "duration_group",
+        "question_category": "question_category",
+        "topic_category": "topic_category",
+    }
 
     def row(self, row: dict[str, Any]) -> tuple[str, Path, Question]:
         options = dict(zip(LETTERS, _options(row)))
@@ -43,9 +46,14 @@ class LongVideoBench(AnnotatedBenchmark):
         if not 0 <= choice < len(options):
             raise RowError(f"correct_choice {choice} is not an index of the {len(options)} options")
         lines = "\n".join(f"{letter}. {text}" for letter, text in options.items())
-        question = Question(qid=text(row, "id"), prompt=f"{text(row, 'question')}\n{lines}\n{ANSWER_DIRECTLY}\n",
-                            gold=LETTERS[choice], options=options, categories=self.categories(row),
-                            max_new_tokens=MAX_NEW_TOKENS)
+        question = Question(
+            qid=text(row, "id"),
+            prompt=f"{text(row, 'question')}\n{lines}\n{ANSWER_DIRECTLY}\n",
+            gold=LETTERS[choice],
+            options=options,
+            categories=self.categories(row),
+            max_new_tokens=MAX_NEW_TOKENS,
+        )
         return text(row, "video_id"), self.root / "videos" / text(row, "video_path"), question
 
     def parse(self, output: str, question: Question) -> str | None:

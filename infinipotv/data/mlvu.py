@@ -19,10 +19,19 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from infinipotv.data.base import Question, register
-from infinipotv.data.base import VideoSample
-from infinipotv.data.loading import (LETTERS, AnnotatedBenchmark, DataError, RowError, check_root, first_existing,
-                                     is_blank, options_from_list, read_records, text)
+from infinipotv.data.base import Question, VideoSample, register
+from infinipotv.data.loading import (
+    LETTERS,
+    AnnotatedBenchmark,
+    DataError,
+    RowError,
+    check_root,
+    first_existing,
+    is_blank,
+    options_from_list,
+    read_records,
+    text,
+)
 from infinipotv.data.parsing import by_form
 from infinipotv.data.scoring import mean
 
@@ -33,8 +42,15 @@ GROUPS = {
     "multi_detail": ("order", "count"),
 }
 POST = "\nOnly give the best option.\nBest option: ("
-OFFICIAL_TYPES = {"plotQA": "plotQA", "findNeedle": "needle", "ego": "ego", "count": "count", "order": "order",
-                  "anomaly_reco": "anomaly_reco", "topic_reasoning": "topic_reasoning"}
+OFFICIAL_TYPES = {
+    "plotQA": "plotQA",
+    "findNeedle": "needle",
+    "ego": "ego",
+    "count": "count",
+    "order": "order",
+    "anomaly_reco": "anomaly_reco",
+    "topic_reasoning": "topic_reasoning",
+}
 OPEN_ENDED = ("subPlot", "summary")
 HUB = "mlvu/test-00000-of-00001.parquet"
 OFFICIAL_DIRS = ("json", "data")  # where the official release keeps its per-task JSONs (Hub MVLU/MLVU; GitHub)
@@ -61,9 +77,18 @@ def from_official(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         cands = row.get("candidates")
         lines = "".join(f"\n({x}) {c}" for x, c in zip(LETTERS, cands)) if isinstance(cands, list) else ""
         question = None if is_blank(row.get("question")) else f"{row['question']}{lines}"
-        out.append({"video_name": row.get("video"), "duration": row.get("duration"), "candidates": cands,
-                    "question": question, "answer": row.get("answer"), "task_type": task,
-                    "question_id": f"{task}_{k}", **source})
+        out.append(
+            {
+                "video_name": row.get("video"),
+                "duration": row.get("duration"),
+                "candidates": cands,
+                "question": question,
+                "answer": row.get("answer"),
+                "task_type": task,
+                "question_id": f"{task}_{k}",
+                **source,
+            }
+        )
     return out
 
 
@@ -98,8 +123,10 @@ class MLVU(AnnotatedBenchmark):
         if path.is_dir():
             files = sorted(path.glob("*.json"), key=_task_order)
             if not files:
-                raise DataError(f"{path} holds no per-task .json files; put the official 1_plotQA.json ... "
-                                f"7_topic_reasoning.json there or point benchmark.annotations at the Hub parquet")
+                raise DataError(
+                    f"{path} holds no per-task .json files; put the official 1_plotQA.json ... "
+                    f"7_topic_reasoning.json there or point benchmark.annotations at the Hub parquet"
+                )
             rows = [{**r, "_source": f"{f.name} row {i}"} for f in files for i, r in enumerate(read_records(f))]
         else:
             rows = read_records(path)
@@ -116,8 +143,13 @@ class MLVU(AnnotatedBenchmark):
             raise RowError(f"answer {answer!r} is neither an option letter nor a candidate")
         name = text(row, "video_name")
         candidates = [self.root / name, self.root / "video" / name, *(d / name for d in self._task_folders)]
-        question = Question(qid=text(row, "question_id"), prompt=f"{text(row, 'question')}{POST}", gold=gold,
-                            options=options, categories=self.categories(row))
+        question = Question(
+            qid=text(row, "question_id"),
+            prompt=f"{text(row, 'question')}{POST}",
+            gold=gold,
+            options=options,
+            categories=self.categories(row),
+        )
         return name, first_existing(candidates), question
 
     def parse(self, output: str, question: Question) -> str | None:
@@ -128,7 +160,9 @@ class MLVU(AnnotatedBenchmark):
         tasks = scores["breakdown"]["task_type"]
         avg = mean(tasks.get(t) for t in TASKS)
         scores.update(
-            micro=scores["overall"], overall=avg, avg=avg,
+            micro=scores["overall"],
+            overall=avg,
+            avg=avg,
             tasks={t: tasks[t] for t in TASKS if t in tasks},
             groups={g: mean(tasks.get(t) for t in members) for g, members in GROUPS.items()},
             missing=[t for t in TASKS if t not in tasks],

@@ -42,11 +42,32 @@ _MMMU_STRIP = ",.!?;:'"  # the same for the MMMU-style EgoSchema parser (no doub
 # Answer phrases it recognises, matched in lower case at their first occurrence; every option letter that occurs
 # after one (anywhere, even inside a word) is a candidate at that letter's first position there.
 _ANSWER_PHRASES = (
-    "the answer is", "answer is", "the correct answer is", "correct answer is", "the best answer is", "best answer is",
-    "the correct option is", "correct option is", "the best option is", "best option is", "the choice is", "choice is",
-    "the correct choice is", "correct choice is", "i choose", "i select", "i pick", "my answer is", "my choice is",
-    "\uc635\uc158", "\uc815\ub2f5\uc740", "\ub2f5\uc740", "\ub2f5:",  # Korean
-    "\u7b54\u6848\u662f", "\u7b54\u6848\u4e3a", "\u9009",  # Chinese
+    "the answer is",
+    "answer is",
+    "the correct answer is",
+    "correct answer is",
+    "the best answer is",
+    "best answer is",
+    "the correct option is",
+    "correct option is",
+    "the best option is",
+    "best option is",
+    "the choice is",
+    "choice is",
+    "the correct choice is",
+    "correct choice is",
+    "i choose",
+    "i select",
+    "i pick",
+    "my answer is",
+    "my choice is",
+    "\uc635\uc158",
+    "\uc815\ub2f5\uc740",
+    "\ub2f5\uc740",
+    "\ub2f5:",  # Korean
+    "\u7b54\u6848\u662f",
+    "\u7b54\u6848\u4e3a",
+    "\u9009",  # Chinese
     "\u7b54\u3048\u306f",  # Japanese
 )
 
@@ -95,7 +116,7 @@ def lmms_view(output: str) -> str:
             b = text.find(end, a)
             if b == -1:
                 break
-            text = text[:a] + text[b + len(end):]
+            text = text[:a] + text[b + len(end) :]
         if end in text and start not in text:
             text = text.rsplit(end, 1)[-1]
     return text.strip()
@@ -106,8 +127,12 @@ def _lmms_mcq(output: str, letters: str) -> str | None:
     if not output.strip():
         return None
     text = f" {_strip_each(output.strip(), _MCQ_STRIP)} "
-    candidates = [(prio, text.rfind(form.format(x)), x) for prio, form in _SUBSTRING_FORMS for x in letters
-                  if form.format(x) in text]
+    candidates = [
+        (prio, text.rfind(form.format(x)), x)
+        for prio, form in _SUBSTRING_FORMS
+        for x in letters
+        if form.format(x) in text
+    ]
     lower = text.lower()
     for phrase in _ANSWER_PHRASES:
         at = lower.find(phrase)
@@ -116,8 +141,9 @@ def _lmms_mcq(output: str, letters: str) -> str | None:
             candidates += [(_PHRASE, pos, x) for pos, x in found if pos != -1]
     core = text.strip()
     candidates += [(_START, 0, x) for x in letters if core.startswith(x) and (len(core) == 1 or not core[1].isalpha())]
-    candidates += [(_END, len(text) - 1, x) for x in letters
-                   if core.endswith(x) and (len(core) == 1 or not core[-2].isalpha())]
+    candidates += [
+        (_END, len(text) - 1, x) for x in letters if core.endswith(x) and (len(core) == 1 or not core[-2].isalpha())
+    ]
     if not candidates:
         candidates = [(_FALLBACK, text.rfind(x), x) for x in letters if x in text]
     return max(candidates, key=lambda c: c[:2])[2] if candidates else None
@@ -141,8 +167,9 @@ def by_form(output: str, letters: str = "ABCD", strict: bool = False) -> str | N
     return None
 
 
-def egoschema(output: str, options: dict[str, str], qid: str, seed: int, strict: bool = False,
-              random_fallback: bool = True) -> str | None:
+def egoschema(
+    output: str, options: dict[str, str], qid: str, seed: int, strict: bool = False, random_fallback: bool = True
+) -> str | None:
     """lmms-eval's EgoSchema parser (MMMU-style); ``options`` maps letter -> option text without its "X. " prefix.
 
     lmms-eval matches long answers against the released option strings, prefix included ("A. text"), so the
@@ -164,8 +191,9 @@ def egoschema(output: str, options: dict[str, str], qid: str, seed: int, strict:
     return best.strip("(). ")
 
 
-def first_capital(output: str, letters: str, qid: str, seed: int, strict: bool = False,
-                  random_fallback: bool = True) -> str | None:
+def first_capital(
+    output: str, letters: str, qid: str, seed: int, strict: bool = False, random_fallback: bool = True
+) -> str | None:
     """lmms-eval's LongVideoBench parser: drop answer phrases, then the first capital A-E anywhere.
 
     Faithful keeps its quirks: the capital may sit inside a word ("Answer: B" gives A), may be a letter the question

@@ -77,8 +77,7 @@ def read_config(path: Path) -> dict[str, Any]:
     try:
         config = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except Exception as err:  # YAML syntax, bad encoding, unresolvable interpolation: all mean a broken file
-        raise ValueError(f"{path}: not a readable config ({type(err).__name__}: {' '.join(str(err).split())})") \
-            from err
+        raise ValueError(f"{path}: not a readable config ({type(err).__name__}: {' '.join(str(err).split())})") from err
     if not isinstance(config, dict):
         raise ValueError(f"{path}: a config must be a mapping, not a {type(config).__name__}")
     return config
@@ -155,8 +154,9 @@ def rescore(run_dir: Path, parser: str | None = None, write: bool = False) -> tu
     bench = benchmark_class(cfg.name)(cfg)
     records, bad = read_predictions(run_dir / PREDICTIONS)
     if not records:
-        raise ValueError(f"{run_dir / PREDICTIONS} holds no readable prediction ({bad} line(s) skipped): "
-                         f"nothing to rescore")
+        raise ValueError(
+            f"{run_dir / PREDICTIONS} holds no readable prediction ({bad} line(s) skipped): nothing to rescore"
+        )
     records, changed = reparse(records, bench)
     scores = bench.score(records)
     parser_name = Parser(cfg.parser).value

@@ -18,35 +18,64 @@ from typing import Any
 
 from infinipotv.config import BenchmarkConfig, ConfigError
 from infinipotv.data.base import Question, VideoSample, register
-from infinipotv.data.loading import (AnnotatedBenchmark, DataError, RowError, check_root, gold_letter, hms_seconds,
-                                     options_from_list, read_json, read_records, text)
+from infinipotv.data.loading import (
+    AnnotatedBenchmark,
+    DataError,
+    RowError,
+    check_root,
+    gold_letter,
+    hms_seconds,
+    options_from_list,
+    read_json,
+    read_records,
+    text,
+)
 from infinipotv.data.parsing import by_form, first_char
-from infinipotv.data.streamingbench_files import (csv_options, flatten_csv, flatten_entries, flatten_sqa,
-                                                  is_proactive, repair_options, task_and_group)
+from infinipotv.data.streamingbench_files import (
+    csv_options,
+    flatten_csv,
+    flatten_entries,
+    flatten_sqa,
+    is_proactive,
+    repair_options,
+    task_and_group,
+)
 
 PARTS = {  # part -> default annotation file under root
     "real_time": "questions_real.json",
     "omni": "questions_omni.json",
     "contextual": "questions_sqa.json",
 }
-PROACTIVE = ("benchmark.part=proactive: questions_proactive.json holds open-ended Proactive Output questions (no "
-             "options or answers; scored by when the model speaks up), which this harness does not run; use "
-             "part=real_time, omni or contextual")
+PROACTIVE = (
+    "benchmark.part=proactive: questions_proactive.json holds open-ended Proactive Output questions (no "
+    "options or answers; scored by when the model speaks up), which this harness does not run; use "
+    "part=real_time, omni or contextual"
+)
 CSV_VIDEO = "{category}/sample_{n}/video.mp4"  # the Hub zips of a category unzipped into <root>/<category>/
-_INTRO = ("You are an advanced video question-answering AI assistant. You have been provided with {what} related to "
-          "the video. Your task is to carefully analyze the video {how}, choosing from the four options provided. "
-          "Respond with only the letter (A, B, C, or D) of the correct option.\n\n")
-PROMPT = (_INTRO.format(what="some frames from the video and a multiple-choice question",
-                        how="and provide the best answer to question")
-          + "Question: {question}\n\nOptions:\n{options}\n\nThe best option is:")
-SQA_PROMPT = (_INTRO.format(what="a video and a multiple-choice question",
-                            how="and the provided context to answer the question")
-              + "{context}\n\nHere is the question. Answer it and don't confuse it with the previous conversation.\n"
-                "Question: {question}\n\nOptions:\n{options}\n\nThe best option is:")
-SQA_CONTEXT = ("Here are the contextual information related to the video. Please answer the questions based on the "
-               "contextual information: ")
-SQA_TURN = ("At timestamp {stamp}, the following question and answer occurred: Question: {question}; "
-            "Options: {options}; Answer: {answer}; ")
+_INTRO = (
+    "You are an advanced video question-answering AI assistant. You have been provided with {what} related to "
+    "the video. Your task is to carefully analyze the video {how}, choosing from the four options provided. "
+    "Respond with only the letter (A, B, C, or D) of the correct option.\n\n"
+)
+PROMPT = (
+    _INTRO.format(
+        what="some frames from the video and a multiple-choice question", how="and provide the best answer to question"
+    )
+    + "Question: {question}\n\nOptions:\n{options}\n\nThe best option is:"
+)
+SQA_PROMPT = (
+    _INTRO.format(what="a video and a multiple-choice question", how="and the provided context to answer the question")
+    + "{context}\n\nHere is the question. Answer it and don't confuse it with the previous conversation.\n"
+    "Question: {question}\n\nOptions:\n{options}\n\nThe best option is:"
+)
+SQA_CONTEXT = (
+    "Here are the contextual information related to the video. Please answer the questions based on the "
+    "contextual information: "
+)
+SQA_TURN = (
+    "At timestamp {stamp}, the following question and answer occurred: Question: {question}; "
+    "Options: {options}; Answer: {answer}; "
+)
 
 
 def _lines(options: dict[str, str]) -> list[str]:
@@ -69,8 +98,9 @@ class StreamingBench(AnnotatedBenchmark):
         if self.part == "proactive":
             raise ConfigError(PROACTIVE)
         if self.part not in PARTS:
-            raise ConfigError(f"benchmark.part={cfg.part!r} is unknown for streamingbench; "
-                              f"use one of {', '.join(PARTS)}")
+            raise ConfigError(
+                f"benchmark.part={cfg.part!r} is unknown for streamingbench; use one of {', '.join(PARTS)}"
+            )
         self._sqa: dict[str, tuple[str, str]] = {}  # qid -> (time stamp, question text), for the SQA context
 
     @property
@@ -97,8 +127,9 @@ class StreamingBench(AnnotatedBenchmark):
         elif rows and all(isinstance(r, list) for r in rows):  # the SQA file: one list of entries per video
             flat = flatten_sqa(rows)
         else:
-            flat = flatten_entries([r if isinstance(r, dict) else {"_problem": f"a {type(r).__name__}, not an entry"}
-                                    for r in rows])
+            flat = flatten_entries(
+                [r if isinstance(r, dict) else {"_problem": f"a {type(r).__name__}, not an entry"} for r in rows]
+            )
         samples = self.collect(flat)
         for s in samples:
             s.questions.sort(key=lambda q: q.time_s or 0.0)
@@ -115,8 +146,9 @@ class StreamingBench(AnnotatedBenchmark):
             stamp, question = self._sqa[q.qid]
             context = SQA_CONTEXT + turns if turns else ""
             q.prompt = SQA_PROMPT.format(context=context, question=question, options="\n".join(_lines(q.options)))
-            turns += SQA_TURN.format(stamp=stamp, question=question, options=", ".join(_lines(q.options)),
-                                     answer=q.gold)
+            turns += SQA_TURN.format(
+                stamp=stamp, question=question, options=", ".join(_lines(q.options)), answer=q.gold
+            )
 
     def row(self, row: dict[str, Any]) -> tuple[str, Path, Question]:
         task, group = task_and_group(row["task_type"])
@@ -124,9 +156,14 @@ class StreamingBench(AnnotatedBenchmark):
         options = options_from_list(repair_options(csv_options(raw) if isinstance(raw, str) else raw))
         question = text(row, "question")
         qid = text(row, "question_id")
-        q = Question(qid=qid, prompt=PROMPT.format(question=question, options="\n".join(_lines(options))),
-                     gold=gold_letter(row["answer"], options), options=options,
-                     categories={"task_type": task, "group": group}, time_s=hms_seconds(row["time_stamp"]))
+        q = Question(
+            qid=qid,
+            prompt=PROMPT.format(question=question, options="\n".join(_lines(options))),
+            gold=gold_letter(row["answer"], options),
+            options=options,
+            categories={"task_type": task, "group": group},
+            time_s=hms_seconds(row["time_stamp"]),
+        )
         if task == "Sequential Question Answering":
             self._sqa[qid] = (str(row["time_stamp"]), question)
         return text(row, "video_id"), self.root / text(row, "video_path"), q

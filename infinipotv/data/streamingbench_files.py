@@ -18,16 +18,36 @@ from infinipotv.data.loading import RowError, is_blank
 
 GROUPS = {  # the paper's three groups and their tasks, as the paper names them
     "Real-Time Visual Understanding": (
-        "Object Perception", "Causal Reasoning", "Clips Summarize", "Attribute Perception", "Event Understanding",
-        "Text-Rich Understanding", "Prospective Reasoning", "Spatial Understanding", "Action Perception", "Counting"),
-    "Omni-Source Understanding": ("Emotion Recognition", "Scene Understanding", "Source Discrimination",
-                                  "Multimodal Alignment"),
-    "Contextual Understanding": ("Misleading Context Understanding", "Anomaly Context Understanding",
-                                 "Sequential Question Answering", "Proactive Output"),
+        "Object Perception",
+        "Causal Reasoning",
+        "Clips Summarize",
+        "Attribute Perception",
+        "Event Understanding",
+        "Text-Rich Understanding",
+        "Prospective Reasoning",
+        "Spatial Understanding",
+        "Action Perception",
+        "Counting",
+    ),
+    "Omni-Source Understanding": (
+        "Emotion Recognition",
+        "Scene Understanding",
+        "Source Discrimination",
+        "Multimodal Alignment",
+    ),
+    "Contextual Understanding": (
+        "Misleading Context Understanding",
+        "Anomaly Context Understanding",
+        "Sequential Question Answering",
+        "Proactive Output",
+    ),
 }
 TASK_GROUP = {task: group for group, tasks in GROUPS.items() for task in tasks}
-ALIASES = {"Object Recognition": "Object Perception", "Attribute Recognition": "Attribute Perception",
-           "Action Recognition": "Action Perception"}  # the released JSON's names -> the paper's (and the CSV's)
+ALIASES = {
+    "Object Recognition": "Object Perception",
+    "Attribute Recognition": "Attribute Perception",
+    "Action Recognition": "Action Perception",
+}  # the released JSON's names -> the paper's (and the CSV's)
 N_OPTIONS = 4  # StreamingBench's prompt asks for "the four options provided"
 _LABEL = re.compile(r"^\s*\(?([A-F])[.)]")
 _CSV_ID = re.compile(r"^(?P<category>.+)_sample_(?P<n>\d+)_(?P<q>\d+)$")
@@ -120,16 +140,17 @@ def flatten_csv(rows: list[dict[str, Any]], pattern: str) -> list[dict[str, Any]
     for row in rows:
         m = _CSV_ID.match(str(row.get("question_id", "")))
         if m is None:
-            flat.append({**row, "_problem": f"question_id {row.get('question_id')!r} is not "
-                                            f"<category>_sample_<N>_<q>"})
+            flat.append({**row, "_problem": f"question_id {row.get('question_id')!r} is not <category>_sample_<N>_<q>"})
             continue
         category, n = m.group("category"), m.group("n")
-        flat.append({**row, "video_id": f"{category}_sample_{n}",
-                     "video_path": pattern.format(category=category, n=n)})
+        flat.append({**row, "video_id": f"{category}_sample_{n}", "video_path": pattern.format(category=category, n=n)})
     return flat
 
 
 def is_proactive(entries: list[Any]) -> bool:
     """Proactive-output questions carry a ground-truth output instead of options and an answer."""
-    return any(isinstance(e, dict) and any(isinstance(q, dict) and "ground_truth_output" in q
-                                           for q in e.get("questions") or []) for e in entries)
+    return any(
+        isinstance(e, dict)
+        and any(isinstance(q, dict) and "ground_truth_output" in q for q in e.get("questions") or [])
+        for e in entries
+    )

@@ -43,8 +43,10 @@ def _by_ids(samples: list[VideoSample], ids: list[str]) -> list[VideoSample]:
     found = {q.qid for s in samples for q in s.questions} & wanted
     if found != wanted:
         unknown = sorted(wanted - found)
-        raise ConfigError(f"benchmark.ids: {len(unknown)} ids are not in the annotations, e.g. {unknown[:3]}; "
-                          f"use question ids as they appear in predictions.jsonl")
+        raise ConfigError(
+            f"benchmark.ids: {len(unknown)} ids are not in the annotations, e.g. {unknown[:3]}; "
+            f"use question ids as they appear in predictions.jsonl"
+        )
     kept = [replace(s, questions=[q for q in s.questions if q.qid in wanted]) for s in samples]
     return [s for s in kept if s.questions]
 

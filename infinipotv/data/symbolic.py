@@ -39,9 +39,21 @@ from infinipotv.models import glyphs
 VERSION = 1  # bump when the generator's output changes for the same parameters
 LETTERS = "ABCD"
 DEFAULTS: dict[str, Any] = {
-    "n_videos": 4, "frames": 96, "fps": 2, "grid": [3, 4], "patch": glyphs.DEFAULT_PATCH, "scene_frames": 12,
-    "n_needles": 5, "needle_span": [0.1, 0.6], "needle_frames": 4, "n_distractors": 3, "distractor_similarity": 0.25,
-    "mc_fraction": 0.5, "streaming_fraction": 0.5, "question_delay": [0.2, 0.4], "scene_questions": 0,
+    "n_videos": 4,
+    "frames": 96,
+    "fps": 2,
+    "grid": [3, 4],
+    "patch": glyphs.DEFAULT_PATCH,
+    "scene_frames": 12,
+    "n_needles": 5,
+    "needle_span": [0.1, 0.6],
+    "needle_frames": 4,
+    "n_distractors": 3,
+    "distractor_similarity": 0.25,
+    "mc_fraction": 0.5,
+    "streaming_fraction": 0.5,
+    "question_delay": [0.2, 0.4],
+    "scene_questions": 0,
     "show_options": False,
 }
 MAX_NEW_TOKENS = 8
@@ -88,18 +100,26 @@ class Knobs:
     def from_options(cls, options: dict[str, Any]) -> "Knobs":
         unknown = sorted(set(options) - set(DEFAULTS))
         if unknown:
-            raise ConfigError(f"benchmark.options has unknown keys {unknown} for benchmark=symbolic; "
-                              f"known: {', '.join(DEFAULTS)}")
+            raise ConfigError(
+                f"benchmark.options has unknown keys {unknown} for benchmark=symbolic; known: {', '.join(DEFAULTS)}"
+            )
         o = {**DEFAULTS, **options}
         knobs = cls(
-            n_videos=int(o["n_videos"]), frames=int(o["frames"]), fps=int(o["fps"]),
-            grid=(int(o["grid"][0]), int(o["grid"][1])), patch=int(o["patch"]), scene_frames=int(o["scene_frames"]),
-            n_needles=int(o["n_needles"]), needle_span=_span("needle_span", o["needle_span"]),
-            needle_frames=int(o["needle_frames"]), n_distractors=int(o["n_distractors"]),
+            n_videos=int(o["n_videos"]),
+            frames=int(o["frames"]),
+            fps=int(o["fps"]),
+            grid=(int(o["grid"][0]), int(o["grid"][1])),
+            patch=int(o["patch"]),
+            scene_frames=int(o["scene_frames"]),
+            n_needles=int(o["n_needles"]),
+            needle_span=_span("needle_span", o["needle_span"]),
+            needle_frames=int(o["needle_frames"]),
+            n_distractors=int(o["n_distractors"]),
             distractor_similarity=_fraction("distractor_similarity", o["distractor_similarity"]),
             mc_fraction=_fraction("mc_fraction", o["mc_fraction"]),
             streaming_fraction=_fraction("streaming_fraction", o["streaming_fraction"]),
-            question_delay=_span("question_delay", o["question_delay"]), scene_questions=int(o["scene_questions"]),
+            question_delay=_span("question_delay", o["question_delay"]),
+            scene_questions=int(o["scene_questions"]),
             show_options=bool(o["show_options"]),
         )
         knobs.check()
@@ -107,19 +127,25 @@ class Knobs:
 
     def check(self) -> None:
         if not 0 <= self.n_needles <= MAX_NEEDLES:
-            raise ConfigError(f"benchmark.options.n_needles={self.n_needles} must lie in [0, {MAX_NEEDLES}] "
-                              f"({len(KINDS)} kinds: {', '.join(k.name for k in KINDS)}; each with "
-                              f"{MAX_NEEDLES // len(KINDS)} subjects)")
+            raise ConfigError(
+                f"benchmark.options.n_needles={self.n_needles} must lie in [0, {MAX_NEEDLES}] "
+                f"({len(KINDS)} kinds: {', '.join(k.name for k in KINDS)}; each with "
+                f"{MAX_NEEDLES // len(KINDS)} subjects)"
+            )
         events = (self.n_needles + self.n_distractors) * self.needle_frames
         if min(self.n_videos, self.fps, self.scene_frames, self.needle_frames, *self.grid) < 1 or events >= self.frames:
-            raise ConfigError(f"benchmark.options: n_videos, fps, scene_frames, needle_frames and grid must be >= 1 and "
-                              f"the events ({events} frames) fewer than frames={self.frames}")
+            raise ConfigError(
+                f"benchmark.options: n_videos, fps, scene_frames, needle_frames and grid must be >= 1 and "
+                f"the events ({events} frames) fewer than frames={self.frames}"
+            )
         starts = self.needle_starts()
         if any(b - a < self.needle_frames for a, b in zip(starts, starts[1:])):
-            raise ConfigError(f"benchmark.options.needle_span={list(self.needle_span)} is too narrow for "
-                              f"{self.n_needles} needles of needle_frames={self.needle_frames} in {self.frames} frames "
-                              f"(they would overlap at frames {starts}): widen needle_span, or lower n_needles or "
-                              f"needle_frames")
+            raise ConfigError(
+                f"benchmark.options.needle_span={list(self.needle_span)} is too narrow for "
+                f"{self.n_needles} needles of needle_frames={self.needle_frames} in {self.frames} frames "
+                f"(they would overlap at frames {starts}): widen needle_span, or lower n_needles or "
+                f"needle_frames"
+            )
         glyphs.frame_size(self.grid, self.patch)  # checks the patch size
 
     def needle_starts(self) -> list[int]:
@@ -152,8 +178,10 @@ class _Video:
         self.lines = self._scenes()
         self.rows: list[dict[str, Any]] = []
         order = rng.permutation(len(KINDS))
-        needles = [(KINDS[order[i % len(KINDS)]], KINDS[order[i % len(KINDS)]].subjects[i // len(KINDS)])
-                   for i in range(knobs.n_needles)]  # the kinds in a random order, then again with their next subject
+        needles = [
+            (KINDS[order[i % len(KINDS)]], KINDS[order[i % len(KINDS)]].subjects[i // len(KINDS)])
+            for i in range(knobs.n_needles)
+        ]  # the kinds in a random order, then again with their next subject
         starts = knobs.needle_starts()
         free = self._free_starts(starts)
         for (kind, subject), start in zip(needles, starts):
@@ -208,32 +236,48 @@ class _Video:
         frame = end + round(delay)
         return frame / self.k.fps if frame < self.k.frames else None
 
-    def _add(self, task: str, question: str, prefix: str, answer: str, choices: list[str] | None,
-             first: int, end: int) -> None:
+    def _add(
+        self, task: str, question: str, prefix: str, answer: str, choices: list[str] | None, first: int, end: int
+    ) -> None:
         asked = self._asked_at(end)
         options, gold = [], answer
         if choices is not None:
             order = self.rng.permutation(len(choices))
             options = [f"{LETTERS[i]}. {choices[j]}" for i, j in enumerate(order)]
             gold = LETTERS[int(np.argmax(order == 0))]
-        self.rows.append({
-            "video_id": self.video_id, "video_path": f"videos/{self.video_id}.mp4",
-            "question_id": f"{self.video_id}_q{len(self.rows)}", "task_type": task,
-            "format": "multiple_choice" if options else "short_answer",
-            "mode": "offline" if asked is None else "streaming",
-            "question": question, "answer_prefix": prefix, "options": options, "answer": gold,
-            "show_options": self.k.show_options,
-            "time_stamp": None if asked is None else _hms(asked), "duration": self.k.frames / self.k.fps,
-            "evidence": [_hms(first / self.k.fps), _hms(end / self.k.fps)],
-            "depth": _depth_bin(first / self.k.frames),
-        })
+        self.rows.append(
+            {
+                "video_id": self.video_id,
+                "video_path": f"videos/{self.video_id}.mp4",
+                "question_id": f"{self.video_id}_q{len(self.rows)}",
+                "task_type": task,
+                "format": "multiple_choice" if options else "short_answer",
+                "mode": "offline" if asked is None else "streaming",
+                "question": question,
+                "answer_prefix": prefix,
+                "options": options,
+                "answer": gold,
+                "show_options": self.k.show_options,
+                "time_stamp": None if asked is None else _hms(asked),
+                "duration": self.k.frames / self.k.fps,
+                "evidence": [_hms(first / self.k.fps), _hms(end / self.k.fps)],
+                "depth": _depth_bin(first / self.k.frames),
+            }
+        )
 
     def _ask_needle(self, kind: NeedleKind, value: dict[str, str], start: int) -> None:
         choices = None
         if self.rng.random() < self.k.mc_fraction:
             choices = [value["value"], *kind.other_values(value["value"], 3, self.rng)]
-        self._add(kind.name, kind.question.format(**value), kind.answer_prefix.format(**value), value["value"],
-                  choices, start, start + self.k.needle_frames)
+        self._add(
+            kind.name,
+            kind.question.format(**value),
+            kind.answer_prefix.format(**value),
+            value["value"],
+            choices,
+            start,
+            start + self.k.needle_frames,
+        )
 
     def _ask_scene(self, j: int) -> None:
         """The colour of a scene's object, asked about a place seen exactly once (so the evidence is one span)."""
@@ -245,8 +289,15 @@ class _Video:
         if self.rng.random() < self.k.mc_fraction:
             others = [c for c in COLOURS if c != place["colour"]]
             choices = [place["colour"], *self.rng.choice(others, 3, replace=False).tolist()]
-        self._add("scene", SCENE.question.format(**place), SCENE.answer_prefix.format(**place), place["colour"],
-                  choices, first, end)
+        self._add(
+            "scene",
+            SCENE.question.format(**place),
+            SCENE.answer_prefix.format(**place),
+            place["colour"],
+            choices,
+            first,
+            end,
+        )
 
 
 def generate(folder: Path, knobs: Knobs, seed: int) -> Path:
@@ -262,8 +313,10 @@ def generate(folder: Path, knobs: Knobs, seed: int) -> Path:
         ids = {line: tokenizer(f" {line}", add_special_tokens=False).input_ids for line in set(video.lines)}
         too_long = [line for line, x in ids.items() if len(x) + len(newline) > p]
         if too_long:
-            raise ConfigError(f"benchmark.options.grid={list(knobs.grid)} holds {p} tokens per frame, too few for "
-                              f"{too_long[0]!r} and a newline: use at least [3, 4]")
+            raise ConfigError(
+                f"benchmark.options.grid={list(knobs.grid)} holds {p} tokens per frame, too few for "
+                f"{too_long[0]!r} and a newline: use at least [3, 4]"
+            )
         padded = {line: x + newline * ((p - len(x)) // len(newline)) for line, x in ids.items()}
         tokens = np.array([padded[line] for line in video.lines]).reshape(knobs.frames, *knobs.grid)
         path = folder / "videos" / f"{video.video_id}.mp4"
@@ -275,8 +328,9 @@ def generate(folder: Path, knobs: Knobs, seed: int) -> Path:
     tmp = annotations.with_name(f".annotations.{os.getpid()}.json")
     tmp.write_text(json.dumps(rows, indent=1))
     tmp.replace(annotations)
-    (folder / "generator.json").write_text(json.dumps({"version": VERSION, "seed": seed, **knobs.__dict__},
-                                                      indent=1, default=list))
+    (folder / "generator.json").write_text(
+        json.dumps({"version": VERSION, "seed": seed, **knobs.__dict__}, indent=1, default=list)
+    )
     return annotations
 
 
@@ -318,9 +372,16 @@ class Symbolic(AnnotatedBenchmark):
         listed = f"Options: {' '.join(f'{k}. {v}' for k, v in options.items())}\n" if shown else ""
         prompt = f"Question: {row['question']}\n{listed}Answer: {row['answer_prefix']}"
         asked = hms_seconds(row["time_stamp"]) if row["time_stamp"] else float(row["duration"])
-        question = Question(qid=str(row["question_id"]), prompt=prompt, gold=gold if options else normalize(gold),
-                            options=options, categories=self.categories(row), time_s=asked,
-                            max_new_tokens=MAX_NEW_TOKENS, stop=FIRST_WORD)
+        question = Question(
+            qid=str(row["question_id"]),
+            prompt=prompt,
+            gold=gold if options else normalize(gold),
+            options=options,
+            categories=self.categories(row),
+            time_s=asked,
+            max_new_tokens=MAX_NEW_TOKENS,
+            stop=FIRST_WORD,
+        )
         return str(row["video_id"]), self.annotations.parent / row["video_path"], question
 
     def parse(self, output: str, question: Question) -> str | None:
@@ -339,8 +400,11 @@ def choose(output: str, options: dict[str, str]) -> str | None:
     """The option the completion names: the earliest option text on its first line (the model continues the answer
     prefix, e.g. " red kettle."), else a bare letter answer ("B", "(B)", "B. ...")."""
     line = output.strip().splitlines()[0].lower() if output.strip() else ""
-    hits = [(m.start(), letter) for letter, text in options.items()
-            if (m := re.search(rf"(?<!\w){re.escape(text.lower())}(?!\w)", line))]
+    hits = [
+        (m.start(), letter)
+        for letter, text in options.items()
+        if (m := re.search(rf"(?<!\w){re.escape(text.lower())}(?!\w)", line))
+    ]
     if hits:
         return min(hits)[1]
     letter = re.match(rf"\s*\(?([{''.join(options)}])(?:[.):]|\s*$)", output)

@@ -13,10 +13,42 @@ from typing import Callable
 
 import numpy as np
 
-PLACES = ("kitchen", "garden", "garage", "office", "beach", "library", "station", "forest", "bakery", "harbor",
-          "museum", "stadium", "market", "hospital", "theater", "airport")
-OBJECTS = ("kettle", "bench", "truck", "lamp", "boat", "sofa", "piano", "tent", "clock", "ladder", "bicycle",
-           "guitar", "mirror", "basket", "statue", "carpet")
+PLACES = (
+    "kitchen",
+    "garden",
+    "garage",
+    "office",
+    "beach",
+    "library",
+    "station",
+    "forest",
+    "bakery",
+    "harbor",
+    "museum",
+    "stadium",
+    "market",
+    "hospital",
+    "theater",
+    "airport",
+)
+OBJECTS = (
+    "kettle",
+    "bench",
+    "truck",
+    "lamp",
+    "boat",
+    "sofa",
+    "piano",
+    "tent",
+    "clock",
+    "ladder",
+    "bicycle",
+    "guitar",
+    "mirror",
+    "basket",
+    "statue",
+    "carpet",
+)
 COLOURS = ("red", "blue", "green", "yellow", "white", "black", "brown", "orange")
 NAMES = ("Clara", "Oliver", "Maya", "Lucas", "Sofia", "Daniel", "Emma", "Noah", "Alice", "Henry", "Julia", "Oscar")
 ITEMS = ("apples", "books", "cups", "candles", "boxes", "plates", "keys", "coins")
@@ -84,21 +116,51 @@ class NeedleKind:
 
 
 KINDS = (
-    NeedleKind("code", "The {subject} code is {value}.", "What is the {subject} code?", "The {subject} code is",
-               ("secret", "door", "safe", "alarm", "locker"), _code,
-               ("A bird flies past the window.", "The room number is {value}.", "The old code is {value}.")),
-    NeedleKind("name", "The {subject}'s name is {value}.", "What is the {subject}'s name?", "The {subject}'s name is",
-               ("visitor", "pilot", "doctor", "driver", "teacher"), _pick(NAMES),
-               ("A phone rings in the hall.", "The cook's name is {value}.", "The {subject}'s dog is {value}.")),
-    NeedleKind("count", "The {subject} holds {value} {item}.", "How many {item} does the {subject} hold?",
-               "The {subject} holds", ("table", "drawer", "bowl", "crate", "tray"), _count,
-               ("Rain taps on the glass.", "The shelf holds {value} {item}.", "The {subject} held {value} {item}.")),
-    NeedleKind("hour", "The {subject} leaves at {value} o'clock.", "When does the {subject} leave?",
-               "The {subject} leaves at", ("train", "ferry", "plane", "coach", "tram"), _hour,
-               ("A dog barks outside.", "The bus leaves at {value} o'clock.", "The {subject} left at {value} o'clock.")),
-    NeedleKind("age", "The {subject} is {value} years old.", "How old is the {subject}?", "The {subject} is",
-               ("old sailor", "farmer", "painter", "baker", "tailor"), _age,
-               ("The lights flicker.", "The young cook is {value} years old.", "The {subject} was {value} years old.")),
+    NeedleKind(
+        "code",
+        "The {subject} code is {value}.",
+        "What is the {subject} code?",
+        "The {subject} code is",
+        ("secret", "door", "safe", "alarm", "locker"),
+        _code,
+        ("A bird flies past the window.", "The room number is {value}.", "The old code is {value}."),
+    ),
+    NeedleKind(
+        "name",
+        "The {subject}'s name is {value}.",
+        "What is the {subject}'s name?",
+        "The {subject}'s name is",
+        ("visitor", "pilot", "doctor", "driver", "teacher"),
+        _pick(NAMES),
+        ("A phone rings in the hall.", "The cook's name is {value}.", "The {subject}'s dog is {value}."),
+    ),
+    NeedleKind(
+        "count",
+        "The {subject} holds {value} {item}.",
+        "How many {item} does the {subject} hold?",
+        "The {subject} holds",
+        ("table", "drawer", "bowl", "crate", "tray"),
+        _count,
+        ("Rain taps on the glass.", "The shelf holds {value} {item}.", "The {subject} held {value} {item}."),
+    ),
+    NeedleKind(
+        "hour",
+        "The {subject} leaves at {value} o'clock.",
+        "When does the {subject} leave?",
+        "The {subject} leaves at",
+        ("train", "ferry", "plane", "coach", "tram"),
+        _hour,
+        ("A dog barks outside.", "The bus leaves at {value} o'clock.", "The {subject} left at {value} o'clock."),
+    ),
+    NeedleKind(
+        "age",
+        "The {subject} is {value} years old.",
+        "How old is the {subject}?",
+        "The {subject} is",
+        ("old sailor", "farmer", "painter", "baker", "tailor"),
+        _age,
+        ("The lights flicker.", "The young cook is {value} years old.", "The {subject} was {value} years old."),
+    ),
 )
 MAX_NEEDLES = len(KINDS) * min(len(kind.subjects) for kind in KINDS)
 
@@ -121,5 +183,7 @@ SCENE = SceneLine()
 def scene_cast(rng: np.random.Generator) -> list[dict[str, str]]:
     """Every place with its own object (distinct across places) and a colour: how each place looks in one video."""
     objects = rng.permutation(OBJECTS)
-    return [{"place": place, "object": str(obj), "colour": str(rng.choice(COLOURS))}
-            for place, obj in zip(rng.permutation(PLACES), objects)]
+    return [
+        {"place": place, "object": str(obj), "colour": str(rng.choice(COLOURS))}
+        for place, obj in zip(rng.permutation(PLACES), objects)
+    ]

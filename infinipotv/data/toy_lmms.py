@@ -24,15 +24,28 @@ FAMILIES = {
 def _videomme(home: Path, n_frames: int) -> None:
     root = home / "videomme"
     rows = []
-    for vid, duration, domain, sub in (("vmmeA", "short", "Knowledge", "Astronomy"),
-                                       ("vmmeB", "medium", "Life Record", "Travel")):
+    for vid, duration, domain, sub in (
+        ("vmmeA", "short", "Knowledge", "Astronomy"),
+        ("vmmeB", "medium", "Life Record", "Travel"),
+    ):
         tiny_video(root / "data" / f"{vid}.mp4", n_frames)
         for k, (task, answer) in enumerate((("Counting Problem", "C"), ("OCR Problems", "A"))):
             qid = f"{vid}-{k}"
-            rows.append({"video_id": vid, "duration": duration, "domain": domain, "sub_category": sub,
-                         "url": f"https://www.youtube.com/watch?v={vid}", "videoID": vid, "question_id": qid,
-                         "task_type": task, "question": f"What is shown in {qid}?",
-                         "options": [f"{x}. Thing {i} of {qid}." for i, x in enumerate("ABCD")], "answer": answer})
+            rows.append(
+                {
+                    "video_id": vid,
+                    "duration": duration,
+                    "domain": domain,
+                    "sub_category": sub,
+                    "url": f"https://www.youtube.com/watch?v={vid}",
+                    "videoID": vid,
+                    "question_id": qid,
+                    "task_type": task,
+                    "question": f"What is shown in {qid}?",
+                    "options": [f"{x}. Thing {i} of {qid}." for i, x in enumerate("ABCD")],
+                    "answer": answer,
+                }
+            )
     write_rows(rows, root / "videomme" / "test-00000-of-00001.parquet")
 
 
@@ -44,8 +57,17 @@ def _mlvu(home: Path, n_frames: int) -> None:
         for k, answer in enumerate(answers):
             cands = ["red", "green", "blue", "yellow"]
             question = f"What colour is in {video} ({k})?\n" + "\n".join(f"({x}) {c}" for x, c in zip("ABCD", cands))
-            rows.append({"video_name": video, "duration": 3.0, "question": question, "candidates": cands,
-                         "answer": answer, "task_type": task, "question_id": f"{task}_{k}"})
+            rows.append(
+                {
+                    "video_name": video,
+                    "duration": 3.0,
+                    "question": question,
+                    "candidates": cands,
+                    "answer": answer,
+                    "task_type": task,
+                    "question_id": f"{task}_{k}",
+                }
+            )
     write_rows(rows, root / "mlvu" / "test-00000-of-00001.parquet")
 
 
@@ -54,8 +76,15 @@ def _egoschema(home: Path, n_frames: int) -> None:
     rows = []
     for vid, answer in (("ego-a", "2"), ("ego-b", "0")):
         tiny_video(root / "videos" / f"{vid}.mp4", n_frames)
-        rows.append({"question_idx": vid, "question": f"What does c do overall in {vid}?", "video_idx": vid,
-                     "option": [f"{x}. c does thing {i} in {vid}." for i, x in enumerate("ABCDE")], "answer": answer})
+        rows.append(
+            {
+                "question_idx": vid,
+                "question": f"What does c do overall in {vid}?",
+                "video_idx": vid,
+                "option": [f"{x}. c does thing {i} in {vid}." for i, x in enumerate("ABCDE")],
+                "answer": answer,
+            }
+        )
     write_rows(rows, root / "Subset" / "test-00000-of-00001.parquet")
 
 
@@ -66,9 +95,21 @@ def _longvideobench(home: Path, n_frames: int) -> None:
     for k, (choice, n_options) in enumerate(((1, 4), (4, 5))):
         qid = f"lvbA_{k}"
         opts = {f"option{i}": (f"event {i} of {qid}" if i < n_options else "N/A") for i in range(5)}
-        rows.append({"video_id": "lvbA", "id": qid, "video_path": "lvbA.mp4", "subtitle_path": "lvbA_en.json",
-                     "correct_choice": choice, "question": f"In {qid}, what happens?", **opts, "duration": 3.0,
-                     "duration_group": 15, "question_category": "E2O", "topic_category": "NP-News-Programs"})
+        rows.append(
+            {
+                "video_id": "lvbA",
+                "id": qid,
+                "video_path": "lvbA.mp4",
+                "subtitle_path": "lvbA_en.json",
+                "correct_choice": choice,
+                "question": f"In {qid}, what happens?",
+                **opts,
+                "duration": 3.0,
+                "duration_group": 15,
+                "question_category": "E2O",
+                "topic_category": "NP-News-Programs",
+            }
+        )
     write_rows(rows, root / "lvb_val.json")
 
 

@@ -24,8 +24,14 @@ from infinipotv.data.video import write_video
 def tiny_video(path: Path, n_frames: int = 12, size: int = 64, fps: int = 4) -> Path:
     """An mp4 of ``n_frames`` distinct frames (a moving gradient), ``n_frames / fps`` seconds long."""
     ramp = np.linspace(0, 255, size, dtype=np.float32)
-    frames = [np.stack([np.add.outer(ramp, ramp) / 2, np.full((size, size), 20.0 * i), np.add.outer(ramp, -ramp) % 255],
-                       axis=-1).clip(0, 255).astype(np.uint8) for i in range(n_frames)]
+    frames = [
+        np.stack(
+            [np.add.outer(ramp, ramp) / 2, np.full((size, size), 20.0 * i), np.add.outer(ramp, -ramp) % 255], axis=-1
+        )
+        .clip(0, 255)
+        .astype(np.uint8)
+        for i in range(n_frames)
+    ]
     return write_video(path, frames, fps)
 
 
@@ -52,36 +58,73 @@ def write_rows(rows: list[Any], path: Path) -> Path:
 
 def _vmme(qid: str, vid: str, duration: str, task: str, answer: str, n_options: int = 4) -> dict[str, Any]:
     options = [f"{'ABCD'[i]}. Option {i + 1} of {qid}." for i in range(n_options)]
-    return {"video_id": qid.split("-")[0], "duration": duration, "domain": "Knowledge", "sub_category": "Astronomy",
-            "url": f"https://www.youtube.com/watch?v={vid}", "videoID": vid, "question_id": qid, "task_type": task,
-            "question": f"Question {qid}?", "options": options, "answer": answer}
+    return {
+        "video_id": qid.split("-")[0],
+        "duration": duration,
+        "domain": "Knowledge",
+        "sub_category": "Astronomy",
+        "url": f"https://www.youtube.com/watch?v={vid}",
+        "videoID": vid,
+        "question_id": qid,
+        "task_type": task,
+        "question": f"Question {qid}?",
+        "options": options,
+        "answer": answer,
+    }
 
 
 def build_videomme(root: Path, fmt: str = "parquet", errors: bool = True) -> BenchmarkConfig:
     """Video vmmeA (2 questions, file present); errors: vmmeB (1 question, file missing), one row with 2 options."""
     tiny_video(root / "data" / "vmmeA.mp4")
-    rows = [_vmme("001-1", "vmmeA", "short", "Counting Problem", "C"),
-            _vmme("001-2", "vmmeA", "short", "OCR Problems", "A")]
+    rows = [
+        _vmme("001-1", "vmmeA", "short", "Counting Problem", "C"),
+        _vmme("001-2", "vmmeA", "short", "OCR Problems", "A"),
+    ]
     if errors:
-        rows += [_vmme("002-1", "vmmeB", "long", "Counting Problem", "D"),
-                 _vmme("002-2", "vmmeB", "long", "OCR Problems", "B", n_options=2)]
+        rows += [
+            _vmme("002-1", "vmmeB", "long", "Counting Problem", "D"),
+            _vmme("002-2", "vmmeB", "long", "OCR Problems", "B", n_options=2),
+        ]
     path = write_rows(rows, root / "videomme" / f"test-00000-of-00001.{fmt}")
     return BenchmarkConfig(name="videomme", root=str(root), annotations=str(path))
 
 
 # MLVU: (task file, question_type, video, question, candidates, answer text); the Hub keeps the dev MC questions
 MLVU_QUESTIONS = [
-    ("1_plotQA", "plotQA", "plot_1.mp4", "What colour is the main character's coat?",
-     ["Yellow", "Red", "Green", "Blue"], "Red"),
-    ("1_plotQA", "plotQA", "plot_1.mp4", "What does the main character hold at the end?",
-     ["A cup", "A book", "A cup", "A key"], "A cup"),  # a repeated candidate, as in the release
-    ("2_needle", "findNeedle", "needle_1.mp4", "What does the hand coming out of the screen do?",
-     ["Waves", "Points at the screen", "Takes a card", "Delivers a box"], "Delivers a box"),
+    (
+        "1_plotQA",
+        "plotQA",
+        "plot_1.mp4",
+        "What colour is the main character's coat?",
+        ["Yellow", "Red", "Green", "Blue"],
+        "Red",
+    ),
+    (
+        "1_plotQA",
+        "plotQA",
+        "plot_1.mp4",
+        "What does the main character hold at the end?",
+        ["A cup", "A book", "A cup", "A key"],
+        "A cup",
+    ),  # a repeated candidate, as in the release
+    (
+        "2_needle",
+        "findNeedle",
+        "needle_1.mp4",
+        "What does the hand coming out of the screen do?",
+        ["Waves", "Points at the screen", "Takes a card", "Delivers a box"],
+        "Delivers a box",
+    ),
     ("4_count", "count", "count_1.mp4", "How many times does the 'jumping' scene occur?", ["2", "1", "5", "4"], "1"),
 ]
-MLVU_ANSWER_NOT_A_CANDIDATE = ("2_needle", "findNeedle", "needle_1.mp4", "What is caught in the air?",
-                               ["Fishing", "Catching the drone", "Launching the drone", "Sunbathing"],
-                               "Catching a flying drone quadcopter")
+MLVU_ANSWER_NOT_A_CANDIDATE = (
+    "2_needle",
+    "findNeedle",
+    "needle_1.mp4",
+    "What is caught in the air?",
+    ["Fishing", "Catching the drone", "Launching the drone", "Sunbathing"],
+    "Catching a flying drone quadcopter",
+)
 MLVU_TYPES = {"findNeedle": "needle"}
 
 
@@ -96,19 +139,43 @@ def build_mlvu(root: Path, fmt: str = "parquet", errors: bool = True) -> Benchma
     Hub file, an unknown task type."""
     questions = list(MLVU_QUESTIONS)
     if errors:
-        questions.append(("4_count", "count", "count_9.mp4", "How many times does the 'sitting' scene occur?",
-                          ["3", "2", "1", "6"], "2"))
+        questions.append(
+            (
+                "4_count",
+                "count",
+                "count_9.mp4",
+                "How many times does the 'sitting' scene occur?",
+                ["3", "2", "1", "6"],
+                "2",
+            )
+        )
     for task_file, _, video, *_ in questions:
         if video != "count_9.mp4" and not (root / _mlvu_video_dir(task_file) / video).exists():
             tiny_video(root / _mlvu_video_dir(task_file) / video)
     if fmt == "official":
         by_file: dict[str, list[dict[str, Any]]] = {}
-        for task_file, qtype, video, question, cands, answer in questions + ([MLVU_ANSWER_NOT_A_CANDIDATE]
-                                                                             if errors else []):
-            by_file.setdefault(task_file, []).append({"video": video, "duration": 3.0, "question": question,
-                                                      "candidates": cands, "answer": answer, "question_type": qtype})
-        by_file["9_summary"] = [{"video": "plot_1.mp4", "duration": 3.0, "question": "Please summarize this video.",
-                                 "answer": "A person walks.", "question_type": "summary"}]
+        for task_file, qtype, video, question, cands, answer in questions + (
+            [MLVU_ANSWER_NOT_A_CANDIDATE] if errors else []
+        ):
+            by_file.setdefault(task_file, []).append(
+                {
+                    "video": video,
+                    "duration": 3.0,
+                    "question": question,
+                    "candidates": cands,
+                    "answer": answer,
+                    "question_type": qtype,
+                }
+            )
+        by_file["9_summary"] = [
+            {
+                "video": "plot_1.mp4",
+                "duration": 3.0,
+                "question": "Please summarize this video.",
+                "answer": "A person walks.",
+                "question_type": "summary",
+            }
+        ]
         for task_file, rows in by_file.items():
             write_rows(rows, root / "json" / f"{task_file}.json")
         return BenchmarkConfig(name="mlvu", root=str(root), annotations=str(root / "json"))
@@ -119,8 +186,17 @@ def build_mlvu(root: Path, fmt: str = "parquet", errors: bool = True) -> Benchma
         k = counts[task] = counts.get(task, -1) + 1
         letter = "ABCD"[len(cands) - 1 - cands[::-1].index(answer)]
         text = question + "".join(f"\n({x}) {c}" for x, c in zip("ABCD", cands))
-        rows.append({"video_name": video, "duration": 3.0, "question": text, "candidates": cands, "answer": letter,
-                     "task_type": task, "question_id": f"{task}_{k}"})
+        rows.append(
+            {
+                "video_name": video,
+                "duration": 3.0,
+                "question": text,
+                "candidates": cands,
+                "answer": letter,
+                "task_type": task,
+                "question_id": f"{task}_{k}",
+            }
+        )
     if errors:
         rows.append({**rows[0], "task_type": "summary", "question_id": "summary_0"})
     path = write_rows(rows, root / "mlvu" / f"test-00000-of-00001.{fmt}")
@@ -143,17 +219,32 @@ def build_egoschema(root: Path, fmt: str = "parquet", errors: bool = True) -> Be
         return [f"c does thing {i} in {uid}." for i in range(5)]
 
     if fmt == "official":
-        questions = [{"q_uid": uid, "google_drive_id": f"drive-{uid}", "question": f"What does c do overall in {uid}?",
-                      **{f"option {i}": o for i, o in enumerate(options(uid))}} for uid, _ in EGO_QUESTIONS]
+        questions = [
+            {
+                "q_uid": uid,
+                "google_drive_id": f"drive-{uid}",
+                "question": f"What does c do overall in {uid}?",
+                **{f"option {i}": o for i, o in enumerate(options(uid))},
+            }
+            for uid, _ in EGO_QUESTIONS
+        ]
         answers = {uid: a for uid, a in EGO_QUESTIONS if a is not None}
         if errors:
             answers["ffffffff-unknown"] = 1
         write_rows(questions, root / "questions.json")
         (root / "subset_answers.json").write_text(json.dumps(answers))
         return BenchmarkConfig(name="egoschema", root=str(root), annotations=str(root / "questions.json"))
-    rows = [{"question_idx": uid, "question": f"What does c do overall in {uid}?", "video_idx": uid,
-             "option": [f"{'ABCDE'[i]}. {o}" for i, o in enumerate(options(uid))], "answer": str(a)}
-            for uid, a in EGO_QUESTIONS if a is not None]
+    rows = [
+        {
+            "question_idx": uid,
+            "question": f"What does c do overall in {uid}?",
+            "video_idx": uid,
+            "option": [f"{'ABCDE'[i]}. {o}" for i, o in enumerate(options(uid))],
+            "answer": str(a),
+        }
+        for uid, a in EGO_QUESTIONS
+        if a is not None
+    ]
     if errors:
         rows.append({**rows[0], "question_idx": "q-bad", "answer": "7"})
     path = write_rows(rows, root / "Subset" / f"test-00000-of-00001.{fmt}")
@@ -167,9 +258,19 @@ def build_longvideobench(root: Path, fmt: str = "json", errors: bool = True) -> 
 
     def row(qid: str, video: str, choice: int, n_options: int, duration_group: int) -> dict[str, Any]:
         opts = {f"option{i}": (f"event {i} of {qid}" if i < n_options else "N/A") for i in range(5)}
-        return {"video_id": video, "id": qid, "video_path": f"{video}.mp4", "subtitle_path": f"{video}_en.json",
-                "correct_choice": choice, "question": f"In {qid}, what happens?", **opts, "duration": 3.0,
-                "duration_group": duration_group, "question_category": "E2O", "topic_category": "NP-News-Programs"}
+        return {
+            "video_id": video,
+            "id": qid,
+            "video_path": f"{video}.mp4",
+            "subtitle_path": f"{video}_en.json",
+            "correct_choice": choice,
+            "question": f"In {qid}, what happens?",
+            **opts,
+            "duration": 3.0,
+            "duration_group": duration_group,
+            "question_category": "E2O",
+            "topic_category": "NP-News-Programs",
+        }
 
     rows = [row("lvbA_0", "lvbA", 1, 4, 15), row("lvbA_1", "lvbA", 4, 5, 15)]
     if errors:

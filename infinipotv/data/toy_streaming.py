@@ -31,14 +31,23 @@ CSV_TASKS = {"Object Recognition": "Object Perception"}
 
 def _question(i: int, task: str, stamp: str, seconds: int, answer: str, bare: bool = False) -> dict[str, Any]:
     options = [f"thing {k}." for k in range(4)]
-    return {"task_type": task, "question": f"What is visible at 00:00:0{seconds} (q{i})?", "time_stamp": stamp,
-            "answer": answer, "options": options if bare else [f"{'ABCD'[k]}. {o}" for k, o in enumerate(options)],
-            "required_ability": "working memory"}
+    return {
+        "task_type": task,
+        "question": f"What is visible at 00:00:0{seconds} (q{i})?",
+        "time_stamp": stamp,
+        "answer": answer,
+        "options": options if bare else [f"{'ABCD'[k]}. {o}" for k, o in enumerate(options)],
+        "required_ability": "working memory",
+    }
 
 
 def _entry(window: str, questions: list[dict[str, Any]], video: str) -> dict[str, Any]:
-    return {"time": window, "questions": questions, "video_categories": "Life Record",
-            "video_path": f"./videos/{video}.mp4"}
+    return {
+        "time": window,
+        "questions": questions,
+        "video_categories": "Life Record",
+        "video_path": f"./videos/{video}.mp4",
+    }
 
 
 def _real_time(errors: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -48,13 +57,22 @@ def _real_time(errors: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     broken = [_question(9, "Counting", "00:00:01", 1, "C"), _question(10, "Counting", "00:12450", 4, "A")]
     if not errors:
         return sample_1 + later, [dict(q, n=1) for q in (first, second, third)]
-    return (sample_1 + [_entry("0:00:00 - 0:00:03", broken, "sample_2_real")] + later,
-            [*(dict(q, n=1) for q in (first, second, third)), *(dict(q, n=2) for q in broken)])
+    return (
+        sample_1 + [_entry("0:00:00 - 0:00:03", broken, "sample_2_real")] + later,
+        [*(dict(q, n=1) for q in (first, second, third)), *(dict(q, n=2) for q in broken)],
+    )
 
 
 def _omni(errors: bool) -> list[dict[str, Any]]:
-    split = ["A. A man waves and the narrator says, 'Have you packed", "yet?'.", "", "B. A dog runs.", "C. A car stops.",
-             "D. A bell rings.", "E. ."]
+    split = [
+        "A. A man waves and the narrator says, 'Have you packed",
+        "yet?'.",
+        "",
+        "B. A dog runs.",
+        "C. A car stops.",
+        "D. A bell rings.",
+        "E. .",
+    ]
     questions = [
         {**_question(0, "Scene Understanding", "00:00:01", 1, "A"), "options": split},
         _question(1, "Misleading Context Understanding", "00:00:02", 2, "C"),
@@ -66,14 +84,21 @@ def _omni(errors: bool) -> list[dict[str, Any]]:
 
 
 def _sqa(errors: bool) -> list[list[dict[str, Any]]]:
-    video = [_entry(f"[0:00:0{t - 1} - 0:00:0{t}]", [_question(t, "Sequential Question Answering", f"00:00:0{t}", t,
-                                                               "ABC"[t - 1], bare=True)], "sample_1_sqa")
-             for t in (1, 2, 3)]
+    video = [
+        _entry(
+            f"[0:00:0{t - 1} - 0:00:0{t}]",
+            [_question(t, "Sequential Question Answering", f"00:00:0{t}", t, "ABC"[t - 1], bare=True)],
+            "sample_1_sqa",
+        )
+        for t in (1, 2, 3)
+    ]
     if not errors:
         return [video]
     bad = _question(9, "Sequential Question Answering", "00:00:01", 1, "A")
-    return [video, [_entry("[0:00:00 - 0:00:01]", [{**bad, "options": ["A.Lebrun. Fan Z.D. Xu xin. Ma Lin."]}],
-                           "sample_2_sqa")]]
+    return [
+        video,
+        [_entry("[0:00:00 - 0:00:01]", [{**bad, "options": ["A.Lebrun. Fan Z.D. Xu xin. Ma Lin."]}], "sample_2_sqa")],
+    ]
 
 
 def _csv(part: str, errors: bool) -> list[dict[str, Any]]:
@@ -85,15 +110,24 @@ def _csv(part: str, errors: bool) -> list[dict[str, Any]]:
         k = numbers[q["n"]] = numbers.get(q["n"], 0) + 1
         if part == "omni":
             q = {**q, "task_type": "Emotion Recognition"}
-        rows.append({"question_id": f"{category}_sample_{q['n']}_{k}", "task_type": CSV_TASKS.get(q["task_type"],
-                     q["task_type"]), "question": q["question"], "time_stamp": q["time_stamp"], "answer": q["answer"],
-                     "options": repr([f"{'ABCD'[i]}. thing {i}." for i in range(4)]), "frames_required": "single",
-                     "temporal_clue_type": "Prior"})
+        rows.append(
+            {
+                "question_id": f"{category}_sample_{q['n']}_{k}",
+                "task_type": CSV_TASKS.get(q["task_type"], q["task_type"]),
+                "question": q["question"],
+                "time_stamp": q["time_stamp"],
+                "answer": q["answer"],
+                "options": repr([f"{'ABCD'[i]}. thing {i}." for i in range(4)]),
+                "frames_required": "single",
+                "temporal_clue_type": "Prior",
+            }
+        )
     return rows
 
 
-def build_streamingbench(root: Path, fmt: str = "json", errors: bool = True, part: str = "real_time"
-                         ) -> BenchmarkConfig:
+def build_streamingbench(
+    root: Path, fmt: str = "json", errors: bool = True, part: str = "real_time"
+) -> BenchmarkConfig:
     """One part (``real_time``, ``omni`` or ``contextual``) as the released JSON, or (``fmt="csv"``, real_time and
     omni) as the Hub CSV. Videos: ``videos/<stem>.mp4`` for the JSON, ``<category>/sample_<N>/video.mp4`` for the
     CSV; sample_2's video is never written."""
@@ -115,7 +149,12 @@ def build_streamingbench(root: Path, fmt: str = "json", errors: bool = True, par
 
 def proactive_entries() -> list[dict[str, Any]]:
     """``questions_proactive.json``'s shape: a ground-truth output and its time, no options or answer."""
-    question = {"task_type": "Proactive Output", "question": 'When the score shows 3, output "3".',
-                "time_stamp": "00:00:01", "ground_truth_time_stamp": "00:00:02", "ground_truth_output": "3",
-                "required_ability": "working memory"}
+    question = {
+        "task_type": "Proactive Output",
+        "question": 'When the score shows 3, output "3".',
+        "time_stamp": "00:00:01",
+        "ground_truth_time_stamp": "00:00:02",
+        "ground_truth_output": "3",
+        "required_ability": "working memory",
+    }
     return [_entry("[0:00:00 - 0:00:03]", [question], "sample_1_proactive")]

@@ -122,7 +122,9 @@ def decode_planned(plan: FramePlan) -> Iterator[np.ndarray]:
         target = next(want, None)
 
 
-def write_video(path: str | Path, frames: np.ndarray | Iterator[np.ndarray], fps: float, lossless: bool = False) -> Path:
+def write_video(
+    path: str | Path, frames: np.ndarray | Iterator[np.ndarray], fps: float, lossless: bool = False
+) -> Path:
     """Write uint8 RGB frames to an mp4 (H.264; ``lossless`` uses qp=0 in 4:4:4 so synthetic pixels survive)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from infinipotv.data.base import Question, register
-from infinipotv.data.loading import (AnnotatedBenchmark, RowError, first_existing, gold_letter, options_from_list,
-                                     text)
+from infinipotv.data.loading import AnnotatedBenchmark, RowError, first_existing, gold_letter, options_from_list, text
 from infinipotv.data.parsing import by_form
 
-HEADER = ("Select the best answer to the following multiple-choice question based on the video and the subtitles. "
-          "Respond with only the letter (A, B, C, or D) of the correct option.")
+HEADER = (
+    "Select the best answer to the following multiple-choice question based on the video and the subtitles. "
+    "Respond with only the letter (A, B, C, or D) of the correct option."
+)
 POST = "\nAnswer with the option's letter from the given choices directly."
 COLUMNS = {"short": "S", "medium": "M", "long": "L"}
 
@@ -29,8 +30,12 @@ class VideoMME(AnnotatedBenchmark):
     default_annotations = "videomme/test-00000-of-00001.parquet"
     id_field = "question_id"
     video_field = "videoID"
-    category_fields = {"duration": "duration", "domain": "domain", "sub_category": "sub_category",
-                       "task_type": "task_type"}
+    category_fields = {
+        "duration": "duration",
+        "domain": "domain",
+        "sub_category": "sub_category",
+        "task_type": "task_type",
+    }
 
     def row(self, row: dict[str, Any]) -> tuple[str, Path, Question]:
         options = options_from_list(row["options"])
@@ -40,8 +45,13 @@ class VideoMME(AnnotatedBenchmark):
             raise RowError(f"duration {row['duration']!r} is not one of {', '.join(COLUMNS)}")
         vid = text(row, "videoID")
         prompt = f"{HEADER}\n{text(row, 'question')}\n" + "\n".join(map(str, row["options"])) + "\n" + POST
-        question = Question(qid=text(row, "question_id"), prompt=prompt, gold=gold_letter(row["answer"], options),
-                            options=options, categories=self.categories(row))
+        question = Question(
+            qid=text(row, "question_id"),
+            prompt=prompt,
+            gold=gold_letter(row["answer"], options),
+            options=options,
+            categories=self.categories(row),
+        )
         return vid, first_existing([self.root / "data" / f"{vid}{ext}" for ext in (".mp4", ".MP4", ".mkv")]), question
 
     def parse(self, output: str, question: Question) -> str | None:

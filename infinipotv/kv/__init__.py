@@ -11,8 +11,17 @@ from infinipotv.kv.cache import StreamCache
 from infinipotv.kv.kivi import KiviStore
 from infinipotv.kv.store import FullPrecisionStore, KVStore
 
-__all__ = ["StreamCache", "FullPrecisionStore", "KiviStore", "KVStore", "Storage", "StorageSettings",
-           "make_store_factory", "cache_bytes", "tokens_for_bytes"]
+__all__ = [
+    "StreamCache",
+    "FullPrecisionStore",
+    "KiviStore",
+    "KVStore",
+    "Storage",
+    "StorageSettings",
+    "make_store_factory",
+    "cache_bytes",
+    "tokens_for_bytes",
+]
 
 
 def make_store_factory(quant: StorageSettings, model_dtype: torch.dtype) -> tuple[Callable[[], KVStore], Storage]:

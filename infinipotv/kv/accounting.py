@@ -185,8 +185,12 @@ class Layout:
 
     def __add__(self, other: "Layout") -> "Layout":
         """Two stores' (layers') counts together."""
-        return Layout(self.tokens + other.tokens, self.residual + other.residual,
-                      self.key_groups + other.key_groups, self.heads + other.heads)
+        return Layout(
+            self.tokens + other.tokens,
+            self.residual + other.residual,
+            self.key_groups + other.key_groups,
+            self.heads + other.heads,
+        )
 
 
 def full_groups(tokens: int, heads: int, storage: Storage) -> Layout:
@@ -253,4 +257,3 @@ def sum_parts(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
             out[name] = out.get(name, 0) + n
     out["total"] = sum(out.values())
     return out
-

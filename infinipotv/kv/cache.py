@@ -25,10 +25,11 @@ def joined(stored: torch.Tensor, tail: torch.Tensor, dtype: torch.dtype) -> torc
     Not cached across decode steps on purpose: a view kept for the whole answer would hold a full-precision copy
     of every layer at once, the memory the compressed (and KIVI) cache exists to save; made per layer, only one
     layer's copy is alive at a time."""
-    out = torch.empty(stored.shape[0], stored.shape[1] + tail.shape[1], stored.shape[2], dtype=dtype,
-                      device=tail.device)
+    out = torch.empty(
+        stored.shape[0], stored.shape[1] + tail.shape[1], stored.shape[2], dtype=dtype, device=tail.device
+    )
     out[:, : stored.shape[1]].copy_(stored)
-    out[:, stored.shape[1]:].copy_(tail)
+    out[:, stored.shape[1] :].copy_(tail)
     return out
 
 
@@ -49,17 +50,23 @@ class StoreLayer(CacheLayerMixin):
         self.device, self.dtype = key_states.device, key_states.dtype
         self.is_initialized = True
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         k, v = key_states[0], value_states[0]  # batch size 1: [H, N, D]
         if self.transient:
-            self.tail = (k, v) if self.tail is None else (torch.cat([self.tail[0], k], 1), torch.cat([self.tail[1], v], 1))
+            self.tail = (
+                (k, v) if self.tail is None else (torch.cat([self.tail[0], k], 1), torch.cat([self.tail[1], v], 1))
+            )
         else:
             if self.token_ids is None or self.token_ids.numel() != k.shape[1]:
-                raise RuntimeError("StreamCache: token ids for the committed tokens were not set (use cache.commit(ids))")
+                raise RuntimeError(
+                    "StreamCache: token ids for the committed tokens were not set (use cache.commit(ids))"
+                )
             self.store.append(k, v, self.token_ids)
-        keys, values = (self.store.read() if len(self.store) else (k[:, :0], v[:, :0]))
+        keys, values = self.store.read() if len(self.store) else (k[:, :0], v[:, :0])
         if self.tail is not None:
             keys, values = joined(keys, self.tail[0], self.dtype), joined(values, self.tail[1], self.dtype)
         return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)
@@ -83,14 +90,17 @@ class StreamCache(Cache):
         # inside after_attention: the layer updated last, with the keys and values its attention read
         self._held: tuple[int, torch.Tensor, torch.Tensor] | None = None
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args,
-               **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if self._after is None:
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
         last = self._last_layer()
         if layer_idx != (0 if last is None else last + 1):
-            raise RuntimeError(f"after_attention: layer {layer_idx} updated after layer {last} (one "
-                               "committing forward per block, its layers in order)")
+            raise RuntimeError(
+                f"after_attention: layer {layer_idx} updated after layer {last} (one "
+                "committing forward per block, its layers in order)"
+            )
         self._release()
         keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
         self._held = layer_idx, keys[0], values[0]
@@ -121,8 +131,10 @@ class StreamCache(Cache):
         try:
             yield
             if self._last_layer() != len(self.layers) - 1:
-                raise RuntimeError(f"after_attention: the forward stopped after layer {self._last_layer()} of "
-                                   f"{len(self.layers)} (one committing forward must run every layer)")
+                raise RuntimeError(
+                    f"after_attention: the forward stopped after layer {self._last_layer()} of "
+                    f"{len(self.layers)} (one committing forward must run every layer)"
+                )
             self._release()
         finally:
             self._after, self._held = None, None

@@ -138,9 +138,17 @@ class KiviStore(KVStore):
         first_g = int(self._ng_host[:h].sum())
         nr_host = len(self) - self._nq.host
         first_r, r = int(nr_host[:h].sum()), int(nr_host[h])
-        return KiviHead(self._k_codes[h, :q], self._v_codes[h, :q], self._v_scale[h, :q], self._v_zero[h, :q],
-                        self._k_scale[first_g:first_g + g], self._k_zero[first_g:first_g + g], self._k_count[h, :g],
-                        self._res_k[first_r:first_r + r], self._res_v[first_r:first_r + r])
+        return KiviHead(
+            self._k_codes[h, :q],
+            self._v_codes[h, :q],
+            self._v_scale[h, :q],
+            self._v_zero[h, :q],
+            self._k_scale[first_g : first_g + g],
+            self._k_zero[first_g : first_g + g],
+            self._k_count[h, :g],
+            self._res_k[first_r : first_r + r],
+            self._res_v[first_r : first_r + r],
+        )
 
     def layout(self) -> Layout:
         """The counts :func:`~infinipotv.kv.accounting.layout_bytes` prices, from the host copies of the lengths
@@ -155,8 +163,15 @@ class KiviStore(KVStore):
         head): the widths its :meth:`layout` is priced at. Known once the dtype is (set, or the first append's)."""
         if self.dtype is None:
             raise RuntimeError("storage() on a KiviStore with no dtype yet: pass dtype or append tokens first")
-        return Storage(self.bits, self.group_size, self.residual_length, self.dtype.itemsize, POSITION_DTYPE.itemsize,
-                       GROUP_COUNT_DTYPE.itemsize, LENGTH_DTYPE.itemsize)
+        return Storage(
+            self.bits,
+            self.group_size,
+            self.residual_length,
+            self.dtype.itemsize,
+            POSITION_DTYPE.itemsize,
+            GROUP_COUNT_DTYPE.itemsize,
+            LENGTH_DTYPE.itemsize,
+        )
 
     # -- the store contract ----------------------------------------------------------------------------------------
 
@@ -216,8 +231,9 @@ class KiviStore(KVStore):
         values = torch.empty_like(keys)
         if lq:
             self._dequantize_keys(keys[:, :lq])
-            dequantize_grouped(self._v_codes, self._v_scale, self._v_zero, self.bits, self.group_size, "value",
-                               out=values[:, :lq])
+            dequantize_grouped(
+                self._v_codes, self._v_scale, self._v_zero, self.bits, self.group_size, "value", out=values[:, :lq]
+            )
         if self._res_k.shape[0]:
             # head h's residual tokens go to rows h * T + nq[h] .. (h + 1) * T - 1 of the flattened outputs
             starts = t * torch.arange(h, device=self._ids.device) + self._nq.device
@@ -239,14 +255,16 @@ class KiviStore(KVStore):
         # overwritten by the residual window
         rows = (self._token_groups() + flat_starts(ng).unsqueeze(1)).clamp_(max=self._k_scale.shape[0] - 1)
         if native.applies(out.device, out.dtype, d, self.group_size, "key"):
-            return native.dequantize_key(self._k_codes, self._k_scale, self._k_zero, self.bits, self.group_size,
-                                         groups=rows, out=out)
+            return native.dequantize_key(
+                self._k_codes, self._k_scale, self._k_zero, self.bits, self.group_size, groups=rows, out=out
+            )
         unpack_codes(self._k_codes, self.bits, out.dtype, out)
         step = lq if out.device.type != "cpu" else max(1, KEY_BLOCK_BYTES // (h * d * out.element_size()))
         for start in range(0, lq, step):
-            g = rows[:, start:start + step].reshape(-1)
-            out[:, start:start + step].mul_(self._k_scale.index_select(0, g).view(h, -1, d)).add_(
-                self._k_zero.index_select(0, g).view(h, -1, d))
+            g = rows[:, start : start + step].reshape(-1)
+            out[:, start : start + step].mul_(self._k_scale.index_select(0, g).view(h, -1, d)).add_(
+                self._k_zero.index_select(0, g).view(h, -1, d)
+            )
         return out
 
     def _token_groups(self) -> torch.Tensor:
@@ -275,8 +293,17 @@ class KiviStore(KVStore):
         :func:`~infinipotv.kv.accounting.layout_bytes` of :meth:`layout` at :meth:`storage`."""
         if self._ids is None:
             return dict.fromkeys(
-                ("key_codes", "value_codes", "key_scale_zero", "value_scale_zero", "bookkeeping", "residual",
-                 "positions", "padding"), 0
+                (
+                    "key_codes",
+                    "value_codes",
+                    "key_scale_zero",
+                    "value_scale_zero",
+                    "bookkeeping",
+                    "residual",
+                    "positions",
+                    "padding",
+                ),
+                0,
             )
         d, esize = self._res_k.shape[1], self._res_k.element_size()
         n_q, n_g = self._nq.total(), int(self._ng_host.sum())
@@ -290,8 +317,18 @@ class KiviStore(KVStore):
             "bookkeeping": n_g * self._k_count.element_size() + self._nq.device.untyped_storage().nbytes(),
             "residual": n_r * d * 2 * esize,
         }
-        held = (self._k_codes, self._v_codes, self._v_scale, self._v_zero, self._k_scale, self._k_zero,
-                self._k_count, self._nq.device, self._res_k, self._res_v)
+        held = (
+            self._k_codes,
+            self._v_codes,
+            self._v_scale,
+            self._v_zero,
+            self._k_scale,
+            self._k_zero,
+            self._k_count,
+            self._nq.device,
+            self._res_k,
+            self._res_v,
+        )
         parts["padding"] = sum(t.untyped_storage().nbytes() for t in held) - sum(parts.values())
         parts["positions"] = self._ids.untyped_storage().nbytes()
         return parts
@@ -396,8 +433,9 @@ class KiviStore(KVStore):
         if indices.is_floating_point() or indices.dtype == torch.bool:
             raise TypeError(f"indices must be an integer tensor of token positions, got {indices.dtype}")
         if indices.shape[1]:  # one read-back from the device for both checks
-            out_of_range, unsorted = torch.stack([
-                (indices.min() < 0) | (indices.max() >= t), (indices[:, 1:] <= indices[:, :-1]).any()]).tolist()
+            out_of_range, unsorted = torch.stack(
+                [(indices.min() < 0) | (indices.max() >= t), (indices[:, 1:] <= indices[:, :-1]).any()]
+            ).tolist()
             if out_of_range:
                 raise ValueError(f"indices must lie in [0, {t}) (positions in the current token order)")
             if unsorted:

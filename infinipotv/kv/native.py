@@ -34,8 +34,10 @@ from infinipotv import native as builder
 SOURCE = Path(__file__).with_name("kivi_codec.c")
 FLAGS = ("-O3", "-funroll-loops", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC")
 # lanes -> (the CPU flags the build needs, its compiler flags); widest first
-BUILDS = {16: (("avx512f", "avx2", "f16c"), ("-mavx512f", "-mavx2", "-mf16c")),
-          8: (("avx2", "f16c"), ("-mavx2", "-mf16c"))}
+BUILDS = {
+    16: (("avx512f", "avx2", "f16c"), ("-mavx512f", "-mavx2", "-mf16c")),
+    8: (("avx2", "f16c"), ("-mavx2", "-mf16c")),
+}
 ENV = "INFINIPOTV_NATIVE_CODEC"
 DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -74,27 +76,35 @@ def library() -> dict[int, ctypes.CDLL] | None:
         return None
     cc = builder.compiler()
     if cc is None:
-        warnings.warn(f"KIVI codec: no C compiler (cc, gcc or $CC) to build {SOURCE.name}: the PyTorch path runs "
-                      f"(slower on CPU; {ENV}=0 silences this)", stacklevel=3)
+        warnings.warn(
+            f"KIVI codec: no C compiler (cc, gcc or $CC) to build {SOURCE.name}: the PyTorch path runs "
+            f"(slower on CPU; {ENV}=0 silences this)",
+            stacklevel=3,
+        )
         return None
     try:
         return {lanes: _load(cc, lanes, flags) for lanes, flags in wanted.items()}
     except (OSError, subprocess.SubprocessError) as err:
         detail = getattr(err, "stderr", None) or err
-        warnings.warn(f"KIVI codec: building {SOURCE.name} with {cc} failed ({str(detail).strip()[:300]}): "
-                      f"the PyTorch path runs (slower on CPU; {ENV}=0 silences this)", stacklevel=3)
+        warnings.warn(
+            f"KIVI codec: building {SOURCE.name} with {cc} failed ({str(detail).strip()[:300]}): "
+            f"the PyTorch path runs (slower on CPU; {ENV}=0 silences this)",
+            stacklevel=3,
+        )
         return None
 
 
-def kernels(device: torch.device, dtype: torch.dtype, head_dim: int, group_size: int, axis: str
-            ) -> ctypes.CDLL | None:
+def kernels(device: torch.device, dtype: torch.dtype, head_dim: int, group_size: int, axis: str) -> ctypes.CDLL | None:
     """The widest build that takes tensors of ``head_dim`` channels in ``dtype`` (the dtype of the values, scales
     and zeros) on ``device``, once the layout checks of :mod:`~infinipotv.kv.quant` passed; None: the PyTorch
     path."""
     builds = library() if device.type == "cpu" and dtype in DTYPES else None
     for lanes, lib in (builds or {}).items():
-        if head_dim % lanes == 0 and head_dim <= lib.kivi_max_head_dim() and (
-                axis == "key" or (group_size % lanes == 0 and group_size <= lib.kivi_max_value_group())):
+        if (
+            head_dim % lanes == 0
+            and head_dim <= lib.kivi_max_head_dim()
+            and (axis == "key" or (group_size % lanes == 0 and group_size <= lib.kivi_max_value_group()))
+        ):
             return lib
     return None
 
@@ -119,11 +129,11 @@ def _fn(name: str, dtype: torch.dtype, head_dim: int, group_size: int, axis: str
     def run(*args: Any) -> None:
         with torch.profiler.record_function(name):
             kernel(*args)
+
     return run
 
 
-def quantize(x: torch.Tensor, bits: int, group_size: int, axis: str
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantize(x: torch.Tensor, bits: int, group_size: int, axis: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Packed codes ``[..., T, D * bits / 8]``, scale and zero (shapes as :class:`~infinipotv.kv.quant.
     QuantizedTensor`) of ``x`` ``[..., T, D]``."""
     *lead, t, d = x.shape
@@ -132,8 +142,18 @@ def quantize(x: torch.Tensor, bits: int, group_size: int, axis: str
     params = (*lead, t // group_size, d) if axis == "key" else (*lead, t, d // group_size)
     scale, zero = torch.empty(params, dtype=x.dtype), torch.empty(params, dtype=x.dtype)
     run = _fn(f"kivi_quantize_{axis}", x.dtype, d, group_size, axis)
-    run(rows.data_ptr(), rows.shape[0], stride, t, d, group_size, bits, codes.data_ptr(), scale.data_ptr(),
-        zero.data_ptr())
+    run(
+        rows.data_ptr(),
+        rows.shape[0],
+        stride,
+        t,
+        d,
+        group_size,
+        bits,
+        codes.data_ptr(),
+        scale.data_ptr(),
+        zero.data_ptr(),
+    )
     return codes, scale, zero
 
 
@@ -148,8 +168,15 @@ def _out(out: torch.Tensor | None, shape: torch.Size, dtype: torch.dtype) -> tup
     return out, view, view.stride(0)
 
 
-def dequantize_key(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int,
-                   groups: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+def dequantize_key(
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    zero: torch.Tensor,
+    bits: int,
+    group_size: int,
+    groups: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Keys ``[..., T, D]`` from ``codes``; token t of row n reads scale/zero row ``groups[n, t]`` of the flattened
     ``[rows, D]`` scale/zero (None: its own group, ``n * T / G + t / G``, as :func:`quantize` lays them)."""
     *lead, t, row = codes.shape
@@ -158,19 +185,46 @@ def dequantize_key(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor,
     codes, scale, zero = codes.contiguous(), scale.contiguous(), zero.contiguous()
     index = None if groups is None else groups.to(torch.int64).contiguous()
     run = _fn("kivi_dequantize_key", scale.dtype, shape[-1], group_size, "key")
-    run(codes.data_ptr(), view.shape[0], t, shape[-1], group_size, bits, None if index is None else index.data_ptr(),
-        scale.data_ptr(), zero.data_ptr(), view.data_ptr(), stride)
+    run(
+        codes.data_ptr(),
+        view.shape[0],
+        t,
+        shape[-1],
+        group_size,
+        bits,
+        None if index is None else index.data_ptr(),
+        scale.data_ptr(),
+        zero.data_ptr(),
+        view.data_ptr(),
+        stride,
+    )
     return out
 
 
-def dequantize_value(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
+def dequantize_value(
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    zero: torch.Tensor,
+    bits: int,
+    group_size: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Values ``[..., T, D]`` from ``codes`` and their per-token scale/zero ``[..., T, D / G]``."""
     *lead, t, row = codes.shape
     shape = torch.Size((*lead, t, row * 8 // bits))
     out, view, stride = _out(out, shape, scale.dtype)
     codes, scale, zero = codes.contiguous(), scale.contiguous(), zero.contiguous()
     run = _fn("kivi_dequantize_value", scale.dtype, shape[-1], group_size, "value")
-    run(codes.data_ptr(), view.shape[0], t, shape[-1], group_size, bits, scale.data_ptr(), zero.data_ptr(),
-        view.data_ptr(), stride)
+    run(
+        codes.data_ptr(),
+        view.shape[0],
+        t,
+        shape[-1],
+        group_size,
+        bits,
+        scale.data_ptr(),
+        zero.data_ptr(),
+        view.data_ptr(),
+        stride,
+    )
     return out

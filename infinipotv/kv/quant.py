@@ -72,8 +72,9 @@ def pack_codes(q: torch.Tensor, bits: int) -> torch.Tensor:
     return packed
 
 
-def unpack_codes(packed: torch.Tensor, bits: int, dtype: torch.dtype = torch.uint8,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+def unpack_codes(
+    packed: torch.Tensor, bits: int, dtype: torch.dtype = torch.uint8, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Inverse of :func:`pack_codes`: ``[..., D * bits / 8]`` bytes -> codes ``[..., D]`` in ``dtype`` (a float
     dtype converts each lane as it is written: no uint8 copy of the codes, no second pass to convert them).
 
@@ -139,16 +140,24 @@ def quantize_codes(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bit
     return (x - zero).div_(safe).clamp_(0, levels(bits)).round_().to(torch.uint8)
 
 
-def dequantize_codes(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
+def dequantize_codes(
+    codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """``q * scale + zero`` for packed ``codes`` ``[..., D * bits / 8]`` and per-element ``scale``/``zero``
     ``[..., D]`` (already expanded from their groups), in the scale's dtype (into ``out``, see :func:`unpack_codes`,
     when given)."""
     return unpack_codes(codes, bits, scale.dtype, out).mul_(scale).add_(zero)
 
 
-def dequantize_grouped(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
-                       group_size: int, axis: Axis, out: torch.Tensor | None = None) -> torch.Tensor:
+def dequantize_grouped(
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    zero: torch.Tensor,
+    bits: int,
+    group_size: int,
+    axis: Axis,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """:func:`dequantize_codes` with ``scale``/``zero`` as stored per group (see :class:`QuantizedTensor`),
     broadcast over their groups instead of expanded to one per element: the same arithmetic, two fewer full-size
     tensors (into ``out`` when given)."""

@@ -59,6 +59,7 @@ class HeadLengths:
 
 # -- rows of padded parts ----------------------------------------------------------------------------------------
 
+
 def flat_rows(idx: torch.Tensor, length: int) -> torch.Tensor:
     """``[H * n]`` rows of the flattened (head, row) axis of an ``[H, length, ...]`` tensor that :func:`gather_rows`
     reads for ``idx`` ``[H, n]``: computed once, it serves every tensor with the same heads and length."""
@@ -115,6 +116,7 @@ def padding_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
 
 # -- rows of flat parts ------------------------------------------------------------------------------------------
 
+
 def flat_starts(lengths: torch.Tensor) -> torch.Tensor:
     """``[K]`` first row of each of K runs of ``lengths[k]`` rows laid one after another (head after head, in a
     flat part)."""
@@ -144,8 +146,9 @@ def flat_cat(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor) -> torch.Ten
     return torch.cat([a, b.reshape(-1, *b.shape[2:])]).index_select(0, index)
 
 
-def flat_take_index(rows: torch.Tensor, kept: torch.Tensor, total: int, first: torch.Tensor | None = None
-                    ) -> torch.Tensor:
+def flat_take_index(
+    rows: torch.Tensor, kept: torch.Tensor, total: int, first: torch.Tensor | None = None
+) -> torch.Tensor:
     """``rows[h, first[h] : first[h] + kept[h]]`` of each head, head after head (``rows`` ``[H, W]``; ``first``
     None = 0): rows of a flat part to keep, when ``rows`` names them. ``total`` = ``kept.sum()``, known on the
     host."""

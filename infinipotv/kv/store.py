@@ -114,8 +114,11 @@ class FullPrecisionStore(KVStore):
         }
 
     def layout(self) -> Layout:
-        return Layout(0) if self._keys is None else Layout(self._keys.shape[0] * self._keys.shape[1],
-                                                           heads=self._keys.shape[0])
+        return (
+            Layout(0)
+            if self._keys is None
+            else Layout(self._keys.shape[0] * self._keys.shape[1], heads=self._keys.shape[0])
+        )
 
     def storage(self) -> Storage:
         dtype = self.dtype if self._keys is None else self._keys.dtype

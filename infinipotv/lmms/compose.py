@@ -37,8 +37,10 @@ def to_overrides(model_args: Mapping[str, Any]) -> list[str]:
     overrides = []
     for key, value in model_args.items():
         if key.split(".")[0].lstrip("+~") in NOT_FROM_MODEL_ARGS:
-            raise ConfigError(f"--model_args {key}={value}: {key.split('.')[0]} is not set through the model; the "
-                              f"task comes from lmms-eval's --tasks and outputs go to its --output_path")
+            raise ConfigError(
+                f"--model_args {key}={value}: {key.split('.')[0]} is not set through the model; the "
+                f"task comes from lmms-eval's --tasks and outputs go to its --output_path"
+            )
         overrides.append(f"{key}={_literal(value)}")
     return overrides
 
@@ -47,8 +49,10 @@ def config_dir(explicit: str | os.PathLike | None = None) -> Path:
     """Where Hydra's conf/ is: ``explicit``, else $INFINIPOTV_CONF, else the repository's."""
     conf = Path(explicit or os.environ.get("INFINIPOTV_CONF") or DEFAULT_CONF).expanduser().resolve()
     if not (conf / "config.yaml").is_file():
-        raise ConfigError(f"config_dir={conf} holds no config.yaml: pass config_dir=/path/to/repo/conf in --model_args "
-                          f"or set INFINIPOTV_CONF (a non-editable install does not ship conf/)")
+        raise ConfigError(
+            f"config_dir={conf} holds no config.yaml: pass config_dir=/path/to/repo/conf in --model_args "
+            f"or set INFINIPOTV_CONF (a non-editable install does not ship conf/)"
+        )
     return conf
 
 

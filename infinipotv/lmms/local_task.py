@@ -45,23 +45,30 @@ def local_config(config: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"task {task}: name lmms-eval's task config to build on, e.g. base: videomme/videomme.yaml")
     base_path = LMMS_TASKS / config["base"]
     if not base_path.is_file():
-        raise FileNotFoundError(f"task {task}: base: {config['base']} is not a task config of the installed "
-                                f"lmms-eval ({LMMS_TASKS})")
+        raise FileNotFoundError(
+            f"task {task}: base: {config['base']} is not a task config of the installed lmms-eval ({LMMS_TASKS})"
+        )
     base = load_yaml_config(str(base_path), mode="full")
     videos = hf_home() / base["dataset_kwargs"]["cache_dir"]
     if not videos.is_dir():
-        raise FileNotFoundError(f"task {task}: lmms-eval looks for its videos under {videos}, which does not exist; "
-                                f"put the videos there (see docs/lmms_eval.md) or set HF_HOME")
+        raise FileNotFoundError(
+            f"task {task}: lmms-eval looks for its videos under {videos}, which does not exist; "
+            f"put the videos there (see docs/lmms_eval.md) or set HF_HOME"
+        )
     kwargs = dict(own.get("dataset_kwargs") or {})
     files = kwargs.get("data_files")
     if not isinstance(files, dict) or not files:
-        raise ValueError(f"task {task}: dataset_kwargs.data_files must map the split to a local file, "
-                         f"e.g. {{test: $HF_HOME/videomme/videomme/test-00000-of-00001.parquet}}")
+        raise ValueError(
+            f"task {task}: dataset_kwargs.data_files must map the split to a local file, "
+            f"e.g. {{test: $HF_HOME/videomme/videomme/test-00000-of-00001.parquet}}"
+        )
     kwargs["data_files"] = {split: expand(str(path), task) for split, path in files.items()}
     for split, path in kwargs["data_files"].items():
         if not Path(path).is_file():
-            raise FileNotFoundError(f"task {task}: annotation file for split {split!r} not found: {path}; download it "
-                                    f"there (see docs/lmms_eval.md) or edit data_files in a copy of this task YAML")
+            raise FileNotFoundError(
+                f"task {task}: annotation file for split {split!r} not found: {path}; download it "
+                f"there (see docs/lmms_eval.md) or edit data_files in a copy of this task YAML"
+            )
     return {**base, **own, "dataset_kwargs": kwargs}
 
 

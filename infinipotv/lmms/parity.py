@@ -71,8 +71,12 @@ def _lvb_overall(records: list[Record]) -> float:
 
 def _videomme(line: dict) -> tuple[Record, str]:
     m = line["videomme_perception_score"]
-    categories = {"duration": m["duration"], "domain": m["category"], "sub_category": m["sub_category"],
-                  "task_type": m["task_category"]}
+    categories = {
+        "duration": m["duration"],
+        "domain": m["category"],
+        "sub_category": m["sub_category"],
+        "task_type": m["task_category"],
+    }
     return {"question_id": m["question_id"], "categories": categories, "gold": m["answer"]}, m["pred_answer"]
 
 
@@ -116,17 +120,43 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {
-    "videomme": Family("videomme", "videomme_perception_score", _videomme, _percent, "0-100",
-                       "strict needs a standalone letter and has no fallback; lmms-eval also reads letters inside "
-                       "words, any letter after an answer phrase, and else the last capital option letter"),
-    "mlvu_dev": Family("mlvu", "mlvu_percetion_score", _mlvu, _mlvu_mean, "0-100, missing task = 0",
-                       "as Video-MME: strict needs a standalone letter and has no fallback"),
-    "egoschema_subset": Family("egoschema", "score", _egoschema, _fraction, "0-1",
-                               "strict scores an unparseable reply as wrong (no random letter) and matches long "
-                               "replies against the bare option text", _ego_draw),
-    "longvideobench_val_v": Family("longvideobench", "lvb_acc", _longvideobench, _lvb_overall, "0-1, 5 decimals",
-                                   "strict reads the first standalone option letter ('Answer: B' is B, not the A of "
-                                   "'Answer') and scores an unparseable reply as wrong", _lvb_draw),
+    "videomme": Family(
+        "videomme",
+        "videomme_perception_score",
+        _videomme,
+        _percent,
+        "0-100",
+        "strict needs a standalone letter and has no fallback; lmms-eval also reads letters inside "
+        "words, any letter after an answer phrase, and else the last capital option letter",
+    ),
+    "mlvu_dev": Family(
+        "mlvu",
+        "mlvu_percetion_score",
+        _mlvu,
+        _mlvu_mean,
+        "0-100, missing task = 0",
+        "as Video-MME: strict needs a standalone letter and has no fallback",
+    ),
+    "egoschema_subset": Family(
+        "egoschema",
+        "score",
+        _egoschema,
+        _fraction,
+        "0-1",
+        "strict scores an unparseable reply as wrong (no random letter) and matches long "
+        "replies against the bare option text",
+        _ego_draw,
+    ),
+    "longvideobench_val_v": Family(
+        "longvideobench",
+        "lvb_acc",
+        _longvideobench,
+        _lvb_overall,
+        "0-1, 5 decimals",
+        "strict reads the first standalone option letter ('Answer: B' is B, not the A of "
+        "'Answer') and scores an unparseable reply as wrong",
+        _lvb_draw,
+    ),
 }
 
 
@@ -178,13 +208,15 @@ class ParityReport:
 
     @property
     def exact(self) -> bool:
-        return not self.mismatches and math.isclose(self.ours_with_their_draws, self.lmms_value, rel_tol=0,
-                                                    abs_tol=1e-9)
+        return not self.mismatches and math.isclose(
+            self.ours_with_their_draws, self.lmms_value, rel_tol=0, abs_tol=1e-9
+        )
 
 
 def _scored(records: list[Record], parses: list[str | None]) -> list[Record]:
-    return [{**r, "parsed": p, "correct": p is not None and p == r["gold"], "error": None}
-            for r, p in zip(records, parses)]
+    return [
+        {**r, "parsed": p, "correct": p is not None and p == r["gold"], "error": None} for r, p in zip(records, parses)
+    ]
 
 
 def parity(samples: Path, task: str | None = None, results: Path | None = None, seed: int = 0) -> ParityReport:
@@ -194,8 +226,10 @@ def parity(samples: Path, task: str | None = None, results: Path | None = None, 
     lines = [json.loads(s) for s in samples.read_text(encoding="utf-8").splitlines() if s.strip()]
     if not lines:
         raise ValueError(f"{samples} holds no samples")
-    bench: dict[Parser, Benchmark] = {p: benchmark_class(family.benchmark)(
-        BenchmarkConfig(name=family.benchmark, root=".", parser=p, seed=seed)) for p in Parser}
+    bench: dict[Parser, Benchmark] = {
+        p: benchmark_class(family.benchmark)(BenchmarkConfig(name=family.benchmark, root=".", parser=p, seed=seed))
+        for p in Parser
+    }
     records, theirs, faithful, strict, report_rows = [], [], [], [], []
     stripped = 0
     for i, line in enumerate(lines, start=1):
@@ -212,8 +246,15 @@ def parity(samples: Path, task: str | None = None, results: Path | None = None, 
         theirs.append(their or None)
         faithful.append(bench[Parser.faithful].parse(output, q))
         strict.append(bench[Parser.strict].parse(output, q))
-        report_rows.append({"question_id": q.qid, "output": output, "gold": record["gold"], "lmms_eval": their,
-                            "drew": bool(family.draws and family.draws(output, q, seed))})
+        report_rows.append(
+            {
+                "question_id": q.qid,
+                "output": output,
+                "gold": record["gold"],
+                "lmms_eval": their,
+                "drew": bool(family.draws and family.draws(output, q, seed)),
+            }
+        )
     adjusted = [t if row["drew"] else f for t, f, row in zip(theirs, faithful, report_rows)]
     for row, f, s in zip(report_rows, faithful, strict):
         row.update(faithful=f, strict=s)
@@ -223,13 +264,21 @@ def parity(samples: Path, task: str | None = None, results: Path | None = None, 
         source = f"recomputed from the samples' parses ({source})"
     ours = _scored(records, faithful)
     return ParityReport(
-        task=task, family=family, n=len(lines), lmms_value=lmms_value, lmms_source=source,
-        ours=family.aggregate(ours), ours_with_their_draws=family.aggregate(_scored(records, adjusted)),
-        scores=bench[Parser.faithful].score(ours), strict_scores=bench[Parser.strict].score(_scored(records, strict)),
+        task=task,
+        family=family,
+        n=len(lines),
+        lmms_value=lmms_value,
+        lmms_source=source,
+        ours=family.aggregate(ours),
+        ours_with_their_draws=family.aggregate(_scored(records, adjusted)),
+        scores=bench[Parser.faithful].score(ours),
+        strict_scores=bench[Parser.strict].score(_scored(records, strict)),
         strict_value=family.aggregate(_scored(records, strict)),
         mismatches=[r for r in report_rows if not r["drew"] and (r["faithful"] or "") != (r["lmms_eval"] or "")],
         draws=[r for r in report_rows if r["drew"]],
-        strict_diffs=[r for r in report_rows if r["strict"] != r["faithful"]], stripped=stripped)
+        strict_diffs=[r for r in report_rows if r["strict"] != r["faithful"]],
+        stripped=stripped,
+    )
 
 
 def _num(value: Any) -> str:
@@ -249,27 +298,42 @@ def format_report(rep: ParityReport) -> str:
     ours_own = rep.scores["overall"]
     own_note = f" (missing tasks: {', '.join(rep.scores['missing'])})" if rep.scores.get("missing") else ""
     lines = [
-        f"## Parity: {rep.task} ({rep.n} questions; lmms-eval scale {f.scale})", "",
-        "| scorer | score |", "|---|---|",
+        f"## Parity: {rep.task} ({rep.n} questions; lmms-eval scale {f.scale})",
+        "",
+        "| scorer | score |",
+        "|---|---|",
         f"| lmms-eval ({rep.lmms_source}) | {_num(rep.lmms_value)} |",
         f"| ours, faithful parser, lmms-eval's convention | {_num(rep.ours)} |",
         f"| ours, faithful parser, as run.py reports it (0-100) | {_num(ours_own)}{own_note} |",
         f"| ours, strict parser, lmms-eval's convention | {_num(rep.strict_value)} |",
-        f"| ours, strict parser, as run.py reports it (0-100) | {_num(rep.strict_scores['overall'])} |", "",
+        f"| ours, strict parser, as run.py reports it (0-100) | {_num(rep.strict_scores['overall'])} |",
+        "",
     ]
     verdict = "EXACT" if rep.exact else "DIFFERENT"
-    lines.append(f"parity: {verdict} -- {len(rep.mismatches)} parse mismatches, {len(rep.draws)} random draws, "
-                 f"|lmms-eval - ours| = {abs(rep.lmms_value - rep.ours_with_their_draws):.3g}"
-                 + (" (with lmms-eval's drawn letters)" if rep.draws else ""))
+    lines.append(
+        f"parity: {verdict} -- {len(rep.mismatches)} parse mismatches, {len(rep.draws)} random draws, "
+        f"|lmms-eval - ours| = {abs(rep.lmms_value - rep.ours_with_their_draws):.3g}"
+        + (" (with lmms-eval's drawn letters)" if rep.draws else "")
+    )
     if rep.stripped:
-        lines.append(f"note: lmms-eval removed reasoning blocks (--reasoning_tags) from {rep.stripped} answers before "
-                     f"parsing; our faithful parsers do the same to run.py's raw outputs (parsing.lmms_view)")
+        lines.append(
+            f"note: lmms-eval removed reasoning blocks (--reasoning_tags) from {rep.stripped} answers before "
+            f"parsing; our faithful parsers do the same to run.py's raw outputs (parsing.lmms_view)"
+        )
     if rep.mismatches:
-        lines += ["", "### Our faithful parser disagrees with lmms-eval", "",
-                  *_rows(rep.mismatches, ("question_id", "output", "lmms_eval", "faithful"))]
+        lines += [
+            "",
+            "### Our faithful parser disagrees with lmms-eval",
+            "",
+            *_rows(rep.mismatches, ("question_id", "output", "lmms_eval", "faithful")),
+        ]
     if rep.draws:
-        lines += ["", "### Random draws (unparseable replies; lmms-eval's letter is used for the parity check)", "",
-                  *_rows(rep.draws, ("question_id", "output", "lmms_eval", "faithful", "gold"))]
+        lines += [
+            "",
+            "### Random draws (unparseable replies; lmms-eval's letter is used for the parity check)",
+            "",
+            *_rows(rep.draws, ("question_id", "output", "lmms_eval", "faithful", "gold")),
+        ]
     lines += ["", f"### Strict parser differs on {len(rep.strict_diffs)} questions", "", f"Why: {f.strict_means}."]
     if rep.strict_diffs:
         lines += ["", *_rows(rep.strict_diffs, ("question_id", "output", "faithful", "strict", "gold"))]
@@ -279,8 +343,7 @@ def format_report(rep: ParityReport) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m infinipotv.lmms.parity", description=__doc__.split("\n\n")[0])
     ap.add_argument("samples", type=Path, help="an lmms-eval samples file (<date>_samples_<task>.jsonl)")
-    ap.add_argument("--task", help="lmms-eval task name (default: from the file name), e.g. videomme or "
-                                   "videomme_local")
+    ap.add_argument("--task", help="lmms-eval task name (default: from the file name), e.g. videomme or videomme_local")
     ap.add_argument("--results", type=Path, help="lmms-eval's results json (default: <date>_results.json beside it)")
     ap.add_argument("--seed", type=int, default=0, help="benchmark.seed of our faithful parser's random fallback")
     args = ap.parse_args(argv)

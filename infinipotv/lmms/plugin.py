@@ -37,20 +37,29 @@ class InfiniPotV(lmms):
 
     is_simple = True
 
-    def __init__(self, batch_size: int | str = 1, max_batch_size: int | None = None, device: str | None = None,
-                 config_dir: str | None = None, **model_args: Any) -> None:
+    def __init__(
+        self,
+        batch_size: int | str = 1,
+        max_batch_size: int | None = None,
+        device: str | None = None,
+        config_dir: str | None = None,
+        **model_args: Any,
+    ) -> None:
         super().__init__()
         if str(batch_size) != "1":
-            raise ConfigError(f"--batch_size {batch_size}: the streaming session answers one video at a time; "
-                              f"use --batch_size 1")
+            raise ConfigError(
+                f"--batch_size {batch_size}: the streaming session answers one video at a time; use --batch_size 1"
+            )
         if device is not None and "model.device" not in model_args:
             model_args["model.device"] = device
         self.cfg = compose_run_config(model_args, config_dir)
         torch.manual_seed(self.cfg.seed)
         parts = build_parts(self.cfg)
         self.session = parts.session(self.cfg.compress.c_ratio)
-        logger.info(f"infinipotv: {self.cfg.model.family} / {self.cfg.compress.name} (|M| = {parts.budget}) / "
-                    f"{self.cfg.quant.name}")
+        logger.info(
+            f"infinipotv: {self.cfg.model.family} / {self.cfg.compress.name} (|M| = {parts.budget}) / "
+            f"{self.cfg.quant.name}"
+        )
 
     # -- requests -------------------------------------------------------------------------------------------------
     def generate_until(self, requests: list[Instance]) -> list[str]:
@@ -72,8 +81,9 @@ class InfiniPotV(lmms):
     def _answer_video(self, path: Path, args: list[tuple]) -> list[str]:
         session, chunk = self.session, self.cfg.eval.chunk_frames
         try:
-            with sample_frames(VideoSample(video_id=path.stem, path=path, questions=[]), self.cfg,
-                               session.adapter) as frames:
+            with sample_frames(
+                VideoSample(video_id=path.stem, path=path, questions=[]), self.cfg, session.adapter
+            ) as frames:
                 session.start(path.stem)
                 for start in range(0, len(frames), chunk):
                     session.feed(frames.read(start, start + chunk), frames.fps)
@@ -85,8 +95,10 @@ class InfiniPotV(lmms):
 
     def _ask(self, prompt: str, gen_kwargs: dict[str, Any]) -> str:
         if gen_kwargs.get("do_sample") or int(gen_kwargs.get("num_beams", 1)) > 1:
-            raise ValueError(f"generation_kwargs {gen_kwargs}: the streaming session decodes greedily; sampling and "
-                             f"beam search are not supported (set do_sample: false, num_beams: 1 in the task)")
+            raise ValueError(
+                f"generation_kwargs {gen_kwargs}: the streaming session decodes greedily; sampling and "
+                f"beam search are not supported (set do_sample: false, num_beams: 1 in the task)"
+            )
         max_new = self.cfg.eval.max_new_tokens or int(gen_kwargs.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
         text = self.session.ask(prompt, max_new).text
         until = gen_kwargs.get("until") or []
@@ -98,11 +110,14 @@ class InfiniPotV(lmms):
         raise NotImplementedError(
             "infinipotv answers generate_until requests only: lmms-eval's video tasks videomme, mlvu_dev, "
             "egoschema_subset and longvideobench_val_v generate their answers; the perplexity variants "
-            "(e.g. egoschema_subset_mcppl) are not supported")
+            "(e.g. egoschema_subset_mcppl) are not supported"
+        )
 
     def generate_until_multi_round(self, requests: list[Instance]) -> list[str]:
-        raise NotImplementedError("infinipotv answers single-round generate_until requests only; for multi-turn "
-                                  "questions on one stream use run.py with benchmark=streamingbench")
+        raise NotImplementedError(
+            "infinipotv answers single-round generate_until requests only; for multi-turn "
+            "questions on one stream use run.py with benchmark=streamingbench"
+        )
 
 
 def _video_path(visual: Any, task: str) -> Path:
@@ -110,6 +125,8 @@ def _video_path(visual: Any, task: str) -> Path:
     if isinstance(visual, (list, tuple)) and len(visual) == 1:
         visual = visual[0]
     if not isinstance(visual, (str, Path)):
-        raise TypeError(f"task {task} gives {type(visual).__name__} visuals; infinipotv streams one video file per "
-                         f"question (doc_to_visual must return [video_path])")
+        raise TypeError(
+            f"task {task} gives {type(visual).__name__} visuals; infinipotv streams one video file per "
+            f"question (doc_to_visual must return [video_path])"
+        )
     return Path(visual)

@@ -154,8 +154,9 @@ class ModelAdapter(ABC):
         """The decoder that takes ``inputs_embeds``, ``position_ids`` and ``cache``."""
 
     @torch.inference_mode()
-    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: Cache,
-                logits: bool = True) -> torch.Tensor | None:
+    def forward(
+        self, embeds: torch.Tensor, positions: torch.Tensor, cache: Cache, logits: bool = True
+    ) -> torch.Tensor | None:
         """Run ``embeds [N, hidden]`` at ``positions [R, N]`` on top of ``cache``; the last token's logits ``[1, V]``.
 
         ``logits=False`` (a prefill whose logits nobody reads) skips the vocabulary projection and returns None.

@@ -57,8 +57,10 @@ def decode(frames: np.ndarray, patch: int = DEFAULT_PATCH, vocab_size: int = MAX
         raise GlyphError(f"frames must be [F, H, W, 3] RGB, got shape {frames.shape}")
     n, height, width, _ = frames.shape
     if height % patch or width % patch:
-        raise GlyphError(f"a {height}x{width} frame is not a grid of {patch}-pixel glyphs: not a symbolic video "
-                         f"(write one with infinipotv.models.glyphs.encode, or set the model's patch size)")
+        raise GlyphError(
+            f"a {height}x{width} frame is not a grid of {patch}-pixel glyphs: not a symbolic video "
+            f"(write one with infinipotv.models.glyphs.encode, or set the model's patch size)"
+        )
     side = patch // CELLS
     h, w = height // patch, width // patch
     cells = frames.reshape(n, h, CELLS, side, w, CELLS, side, 3).mean(axis=(3, 6, 7), dtype=np.float32)
@@ -67,6 +69,8 @@ def decode(frames: np.ndarray, patch: int = DEFAULT_PATCH, vocab_size: int = MAX
     bad = ids >= vocab_size
     if bad.any():
         f, i, j = (int(x[0]) for x in np.nonzero(bad))
-        raise GlyphError(f"frame {f}, glyph ({i}, {j}) reads as id {int(ids[f, i, j])}, outside the vocabulary of "
-                         f"{vocab_size}: these frames do not carry the glyph code")
+        raise GlyphError(
+            f"frame {f}, glyph ({i}, {j}) reads as id {int(ids[f, i, j])}, outside the vocabulary of "
+            f"{vocab_size}: these frames do not carry the glyph code"
+        )
     return ids

@@ -18,13 +18,18 @@ from functools import lru_cache
 
 import numpy as np
 import torch
-from transformers import (AddedToken, AutoTokenizer, LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration,
-                          PreTrainedTokenizerFast)
+from transformers import (
+    AddedToken,
+    AutoTokenizer,
+    LlavaOnevisionConfig,
+    LlavaOnevisionForConditionalGeneration,
+    PreTrainedTokenizerFast,
+)
 
-from infinipotv.models.settings import ModelError, ModelSettings
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter, resize_normalize
 from infinipotv.models.loading import load_pretrained
 from infinipotv.models.qwen2vl import SYSTEM_PROMPT, tiny_text_config
+from infinipotv.models.settings import ModelError, ModelSettings
 from infinipotv.models.tokenizer import qwen2_tokenizer
 
 SIGLIP_MEAN = (0.5, 0.5, 0.5)  # SigLIP's normalisation (the released processor configs), not CLIP's
@@ -49,12 +54,20 @@ def tiny_llava_ov_config(cfg: ModelSettings) -> LlavaOnevisionConfig:
     return LlavaOnevisionConfig(
         text_config=dict(model_type="qwen2", **tiny_text_config(cfg, mrope=False)),
         vision_config=dict(
-            model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=2, image_size=int(o.get("image_size", TINY_VISION["image_size"])),
-            patch_size=int(o.get("patch_size", TINY_VISION["patch_size"])), vision_use_head=False,
+            model_type="siglip_vision_model",
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=int(o.get("image_size", TINY_VISION["image_size"])),
+            patch_size=int(o.get("patch_size", TINY_VISION["patch_size"])),
+            vision_use_head=False,
         ),
-        image_token_index=image_id, video_token_index=video_id, vision_feature_select_strategy="full",
-        vision_feature_layer=-1, tie_word_embeddings=True,
+        image_token_index=image_id,
+        video_token_index=video_id,
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        tie_word_embeddings=True,
     )
 
 
@@ -71,10 +84,17 @@ class LlavaOnevisionAdapter(ModelAdapter):
     @classmethod
     def load(cls, cfg: ModelSettings) -> "LlavaOnevisionAdapter":
         if not cfg.use_chat_template:
-            raise ModelError("model.use_chat_template=false is not supported for model.family=llava_ov: the video "
-                              "needs the user turn before it; keep model.use_chat_template=true")
-        model, tokenizer = load_pretrained(cfg, LlavaOnevisionForConditionalGeneration, AutoTokenizer.from_pretrained,
-                                           tiny_llava_ov_config, llava_tokenizer)
+            raise ModelError(
+                "model.use_chat_template=false is not supported for model.family=llava_ov: the video "
+                "needs the user turn before it; keep model.use_chat_template=true"
+            )
+        model, tokenizer = load_pretrained(
+            cfg,
+            LlavaOnevisionForConditionalGeneration,
+            AutoTokenizer.from_pretrained,
+            tiny_llava_ov_config,
+            llava_tokenizer,
+        )
         return cls(cfg, model, tokenizer)
 
     @classmethod

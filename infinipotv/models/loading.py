@@ -81,7 +81,10 @@ def load_pretrained(
         source = resolve_checkpoint(checkpoint)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         model = model_cls.from_pretrained(
-            source, revision=cfg.revision, dtype=dtype, attn_implementation=cfg.attn_implementation,
+            source,
+            revision=cfg.revision,
+            dtype=dtype,
+            attn_implementation=cfg.attn_implementation,
             local_files_only=True,
         )
         tokenizer = tokenizer_fn(source)

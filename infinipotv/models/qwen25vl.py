@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-from infinipotv.models.settings import ModelSettings
 from infinipotv.models.base import register_adapter
 from infinipotv.models.qwen2vl import Qwen2VLAdapter, tiny_text_config
+from infinipotv.models.settings import ModelSettings
 
 
 def tiny_qwen25vl_config(cfg: ModelSettings) -> Qwen2_5_VLConfig:
@@ -28,8 +28,14 @@ def tiny_qwen25vl_config(cfg: ModelSettings) -> Qwen2_5_VLConfig:
     return Qwen2_5_VLConfig(
         text_config=tiny_text_config(cfg),
         vision_config=dict(
-            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=int(o.get("hidden_size", 64)),
-            window_size=56, fullatt_block_indexes=[1], tokens_per_second=int(o.get("tokens_per_second", 2)),
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            out_hidden_size=int(o.get("hidden_size", 64)),
+            window_size=56,
+            fullatt_block_indexes=[1],
+            tokens_per_second=int(o.get("tokens_per_second", 2)),
         ),
         tie_word_embeddings=True,
     )

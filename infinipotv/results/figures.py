@@ -50,10 +50,16 @@ def plot_accuracy_vs_budget(frame: pd.DataFrame, benchmark: str, score: str) -> 
         columns = [c for c in ("value", "ci_low", "ci_high") if c in series]
         with_budget = series.dropna(subset=["budget_tokens"]).groupby("budget_tokens")[columns].mean()
         if not with_budget.empty:
-            line, = ax.plot(with_budget.index, with_budget["value"].values, marker="o", label=label)
+            (line,) = ax.plot(with_budget.index, with_budget["value"].values, marker="o", label=label)
             if "ci_low" in with_budget and with_budget["ci_low"].notna().all():
-                ax.fill_between(with_budget.index, with_budget["ci_low"], with_budget["ci_high"],
-                                color=line.get_color(), alpha=0.15, linewidth=0)
+                ax.fill_between(
+                    with_budget.index,
+                    with_budget["ci_low"],
+                    with_budget["ci_high"],
+                    color=line.get_color(),
+                    alpha=0.15,
+                    linewidth=0,
+                )
         for value in series[series["budget_tokens"].isna()]["value"].unique():
             ax.axhline(value, linestyle="--", linewidth=1, color="grey", label=label)
     if budgets:

@@ -16,9 +16,22 @@ from infinipotv.results.spec import ColumnSpec
 from infinipotv.results.tables import Cell, Row, Table
 
 DAGGER, DDAGGER, DASH = "†", "‡", "–"
-LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-                 "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", DASH: "--", DAGGER: r"$^\dagger$",
-                 DDAGGER: r"$^\ddagger$", "Δ": r"$\Delta$"}
+LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    DASH: "--",
+    DAGGER: r"$^\dagger$",
+    DDAGGER: r"$^\ddagger$",
+    "Δ": r"$\Delta$",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -44,11 +57,14 @@ def _notes(table: Table, stats_shown: bool) -> list[str]:
     if any(c.missing for c in cells):
         notes.append(f"{DASH} No run, or no questions, for this cell.")
     if table.random_weights:
-        notes.append("Tiny models have seeded random weights: their scores show that the pipeline runs, not what a "
-                     "method does.")
+        notes.append(
+            "Tiny models have seeded random weights: their scores show that the pipeline runs, not what a method does."
+        )
     if stats_shown and table.baseline:
-        notes.append(f"Differences vs {table.baseline}: paired on shared question ids; 95% bootstrap CI "
-                     f"({table.n_boot:,} resamples, stratified by score weight); p = exact McNemar test.")
+        notes.append(
+            f"Differences vs {table.baseline}: paired on shared question ids; 95% bootstrap CI "
+            f"({table.n_boot:,} resamples, stratified by score weight); p = exact McNemar test."
+        )
     return notes + list(table.spec.notes)
 
 
@@ -131,8 +147,10 @@ def _paired_note(table: Table) -> list[str]:
     paired = [c.label for c in table.spec.columns if c.paired]
     if not paired or not table.baseline:
         return []
-    return [f"n = questions in the cell; Δ = the row minus {table.baseline} on the questions both answered, points, "
-            f"with its 95% bootstrap CI: a CI that excludes 0 is a significant difference."]
+    return [
+        f"n = questions in the cell; Δ = the row minus {table.baseline} on the questions both answered, points, "
+        f"with its 95% bootstrap CI: a CI that excludes 0 is a significant difference."
+    ]
 
 
 def _markdown_grid(header: Sequence[str], body: Sequence[Sequence[str]], n_stub: int) -> list[str]:
@@ -160,8 +178,9 @@ def to_markdown(table: Table, show_n: bool = False, show_stats: bool = False) ->
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
-def _latex_tabular(spec_cols: str, group_line: list[str], header: Sequence[str],
-                   body: Sequence[Sequence[str]]) -> list[str]:
+def _latex_tabular(
+    spec_cols: str, group_line: list[str], header: Sequence[str], body: Sequence[Sequence[str]]
+) -> list[str]:
     lines = [rf"\begin{{tabular}}{{{spec_cols}}}", r"\toprule", *group_line, " & ".join(header) + r" \\", r"\midrule"]
     lines += [" & ".join(row) + r" \\" for row in body]
     return lines + [r"\bottomrule", r"\end{tabular}"]
@@ -179,7 +198,7 @@ def _group_header(table: Table, stats: bool) -> list[str]:
         k = j
         while k + 1 < len(columns) and columns[k + 1].group == columns[j].group:
             k += 1
-        group, span = columns[j].group, sum(widths[j:k + 1])
+        group, span = columns[j].group, sum(widths[j : k + 1])
         cells.append(rf"\multicolumn{{{span}}}{{c}}{{{latex_escape(group)}}}" if group else "")
         cells.extend([""] * (span - 1) if not group else [])
         if group:
@@ -203,14 +222,19 @@ def to_latex(table: Table, show_n: bool = False, show_stats: bool = False) -> st
         notes = table.footnotes + list(spec.notes)
     else:
         cols = "l" * len(spec.stub) + "".join("rrr" if c.paired else "r" for c in spec.columns)
-        lines += _latex_tabular(cols, _group_header(table, False), _headers(table, False, latex_escape),
-                                _grid(table, fmt, show_n, False))
+        lines += _latex_tabular(
+            cols, _group_header(table, False), _headers(table, False, latex_escape), _grid(table, fmt, show_n, False)
+        )
         show = show_stats and table.baseline is not None
         if show:
             stat_cols = "l" * len(spec.stub) + "r" * len(spec.columns)
             lines += [r"\par\medskip", rf"Paired difference vs {latex_escape(table.baseline)}\par\smallskip"]
-            lines += _latex_tabular(stat_cols, _group_header(table, True), _headers(table, True, latex_escape),
-                                    _grid(table, fmt, False, True))
+            lines += _latex_tabular(
+                stat_cols,
+                _group_header(table, True),
+                _headers(table, True, latex_escape),
+                _grid(table, fmt, False, True),
+            )
         notes = _paired_note(table) + _notes(table, show)
     if notes:
         lines += [r"\par\smallskip", r"{\footnotesize " + r" \\ ".join(latex_escape(n) for n in notes) + "}"]

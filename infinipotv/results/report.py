@@ -71,11 +71,14 @@ def _default_figures(tables: Sequence[Table]) -> list[FigureSpec]:
             runs = [r.runs[column.benchmark] for r in table.rows if column.benchmark in r.runs]
             budgets = {run.fields["budget_tokens"] for run in runs}
             if len(budgets - {None}) >= 2:
-                figures.setdefault(("accuracy_vs_budget", column.benchmark, column.score),
-                                   FigureSpec("accuracy_vs_budget", column.benchmark, column.score))
+                figures.setdefault(
+                    ("accuracy_vs_budget", column.benchmark, column.score),
+                    FigureSpec("accuracy_vs_budget", column.benchmark, column.score),
+                )
             if runs:
-                figures.setdefault(("memory_trace", column.benchmark, None),
-                                   FigureSpec("memory_trace", column.benchmark))
+                figures.setdefault(
+                    ("memory_trace", column.benchmark, None), FigureSpec("memory_trace", column.benchmark)
+                )
     return list(figures.values())
 
 
@@ -90,8 +93,9 @@ def _draw(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], out: Pat
         frame = frame[frame["run"].isin({r.id for r in runs})]
     try:
         if figure.kind == "accuracy_vs_budget":
-            fig = plot_accuracy_vs_budget(_with_ci(frame, runs, figure.benchmark, figure.score), figure.benchmark,
-                                          figure.score)
+            fig = plot_accuracy_vs_budget(
+                _with_ci(frame, runs, figure.benchmark, figure.score), figure.benchmark, figure.score
+            )
             stem = out / f"accuracy_vs_budget_{figure.benchmark}_{figure.score}"
         else:
             fig = plot_memory_trace([r for r in runs if figure.benchmark in (None, r.fields["benchmark"])])
@@ -134,11 +138,16 @@ def _existing_outputs(out: Path, spec: ExperimentSpec, formats: Sequence[str]) -
 def _no_match(name: str, runs_dir: str | Path, runs: Sequence[Run], model: str | None) -> NothingToReport:
     found = sorted({str(r.fields["experiment"] or "none") for r in runs})
     models = sorted({str(r.fields["model"]) for r in runs})
-    there = (f"{len(runs)} runs there (experiments: {', '.join(found)}; models: {', '.join(models)})" if runs
-             else "no run there")
+    there = (
+        f"{len(runs)} runs there (experiments: {', '.join(found)}; models: {', '.join(models)})"
+        if runs
+        else "no run there"
+    )
     only = f" of model {model}" if model else ""
-    return NothingToReport(f"no run{only} under {runs_dir} matches experiment {name} ({there}): run its sweep first "
-                           f"(python run.py -m +experiment={name}) or pass --runs with the folder that holds its runs")
+    return NothingToReport(
+        f"no run{only} under {runs_dir} matches experiment {name} ({there}): run its sweep first "
+        f"(python run.py -m +experiment={name}) or pass --runs with the folder that holds its runs"
+    )
 
 
 def build_report(
@@ -172,9 +181,11 @@ def build_report(
         raise _no_match(name, runs_dir, runs, model)
     existing = _existing_outputs(out, spec, formats)
     if existing and not force:
-        raise OutputExists(f"{out} already holds this report ({', '.join(existing[:4])}"
-                           f"{', ...' if len(existing) > 4 else ''}): pass --force to replace it, or --out DIR to "
-                           f"write elsewhere")
+        raise OutputExists(
+            f"{out} already holds this report ({', '.join(existing[:4])}"
+            f"{', ...' if len(existing) > 4 else ''}): pass --force to replace it, or --out DIR to "
+            f"write elsewhere"
+        )
     renderers = {"md": to_markdown, "tex": to_latex}
     out.mkdir(parents=True, exist_ok=True)
     matched = False

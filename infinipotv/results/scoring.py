@@ -74,6 +74,7 @@ def _with_correct(record: Mapping[str, Any], correct: bool) -> dict[str, Any]:
 def _groupings(records: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
     """Candidate partitions of the questions, coarse to fine: all in one, each category field alone (fewest values
     first), then the full category tuple (always enough for a mean-based scorer, but the most probes)."""
+
     def labels(key: Callable[[Mapping[str, Any]], Any]) -> np.ndarray:
         return np.array([json.dumps(key(r.get("categories") or {}), sort_keys=True) for r in records])
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from infinipotv.results.collect import Run
 from infinipotv.results.generated import call_source
-from infinipotv.results.published import select, same_value
+from infinipotv.results.published import same_value, select
 from infinipotv.results.scoring import ScorerError, flatten_scores
 from infinipotv.results.spec import PUBLISHED_FIELDS, AutoRows, SpecError, TableSpec
 from infinipotv.results.stats import N_BOOT, SEED, PairedStat, paired_differences
@@ -125,8 +125,12 @@ def _choose(candidates: Sequence[Run], experiment: str | None, what: str, notes:
     """The run behind a cell when several match: this experiment's, complete, largest, most recent."""
     ranked = sorted(
         candidates,
-        key=lambda r: (r.fields["experiment"] == experiment, r.complete and not r.subset, len(r.predictions),
-                       str(r.provenance.get("end") or "")),
+        key=lambda r: (
+            r.fields["experiment"] == experiment,
+            r.complete and not r.subset,
+            len(r.predictions),
+            str(r.provenance.get("end") or ""),
+        ),
         reverse=True,
     )
     if len(ranked) > 1:
@@ -135,8 +139,9 @@ def _choose(candidates: Sequence[Run], experiment: str | None, what: str, notes:
     return ranked[0]
 
 
-def _by_benchmark(runs: Sequence[Run], spec: TableSpec, experiment: str | None, what: str,
-                  notes: list[str]) -> dict[str, Run]:
+def _by_benchmark(
+    runs: Sequence[Run], spec: TableSpec, experiment: str | None, what: str, notes: list[str]
+) -> dict[str, Run]:
     chosen = {}
     for benchmark in dict.fromkeys(c.benchmark for c in spec.columns):
         candidates = [r for r in runs if r.fields["benchmark"] == benchmark]
@@ -154,15 +159,18 @@ def _published_rows(frame: pd.DataFrame, filters: Mapping[str, Any], where: str)
     return [dict(zip(PUBLISHED_FIELDS, t)) for t in dict.fromkeys(map(tuple, keys))]
 
 
-def _published_row(spec: TableSpec, frame: pd.DataFrame, row_id: str, stub: tuple[str, ...],
-                   fields: Mapping[str, Any], where: str) -> Row:
+def _published_row(
+    spec: TableSpec, frame: pd.DataFrame, row_id: str, stub: tuple[str, ...], fields: Mapping[str, Any], where: str
+) -> Row:
     mine = select(frame, {k: v for k, v in fields.items() if v is not None})
     cells = []
     for column in spec.columns:
         hits = mine[(mine["benchmark"] == column.benchmark) & (mine["category"] == column.published_category)]
         if len(hits) > 1:
-            raise SpecError(f"{where}: {len(hits)} published values for {column.benchmark}/"
-                            f"{column.published_category}; narrow the filter")
+            raise SpecError(
+                f"{where}: {len(hits)} published values for {column.benchmark}/"
+                f"{column.published_category}; narrow the filter"
+            )
         cells.append(Cell(float(hits["value"].iloc[0])) if len(hits) else Cell())
     return Row(row_id, stub, dict(fields), source=str(fields["source"]), cells=cells)
 
@@ -183,23 +191,26 @@ def _run_cells(spec: TableSpec, row: Row, notes: list[str]) -> list[Cell]:
     return cells
 
 
-def _explicit_rows(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, experiment: str | None,
-                   notes: list[str]) -> list[Row]:
+def _explicit_rows(
+    spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, experiment: str | None, notes: list[str]
+) -> list[Row]:
     rows = []
     for row_spec in spec.rows:
         where = f"table {spec.name!r} row {row_spec.id!r}"
         if row_spec.published is not None:
             found = _published_rows(published, row_spec.published, where)
             if len(found) > 1:
-                raise SpecError(f"{where}: the filter matches {len(found)} reference rows; "
-                                "add model/policy/kv/budget_tokens")
+                raise SpecError(
+                    f"{where}: the filter matches {len(found)} reference rows; add model/policy/kv/budget_tokens"
+                )
             rows.append(_published_row(spec, published, row_spec.id, row_spec.stub, found[0], where))
             continue
         matched = [r for r in runs if matches(r.fields, row_spec.match)]
         by_benchmark = _by_benchmark(matched, spec, experiment, where, notes)
         first = next(iter(by_benchmark.values()), None)
-        rows.append(Row(row_spec.id, row_spec.stub, {**(first.fields if first else {}), **row_spec.match},
-                        by_benchmark))
+        rows.append(
+            Row(row_spec.id, row_spec.stub, {**(first.fields if first else {}), **row_spec.match}, by_benchmark)
+        )
     return rows
 
 
@@ -220,8 +231,9 @@ def _sort_key(auto: AutoRows, row: Row) -> tuple[Any, ...]:
     return (*key, row.published)
 
 
-def _auto_rows(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, experiment: str | None,
-               notes: list[str]) -> list[Row]:
+def _auto_rows(
+    spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, experiment: str | None, notes: list[str]
+) -> list[Row]:
     auto = spec.rows
     assert isinstance(auto, AutoRows)
     benchmarks = {c.benchmark for c in spec.columns}
@@ -284,11 +296,11 @@ def _check_models(table: Table, candidates: Sequence[Run]) -> None:
         raise MixedRunsError(
             f"table {table.spec.name!r} would mix {len(models)} models: {found}; it has no model column, so pick one "
             f"with --model NAME, move the other runs out of the runs folder, or key the table's rows by model "
-            f"(rows.by or every row's match)")
+            f"(rows.by or every row's match)"
+        )
 
 
-def build_table(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame,
-                experiment: str | None = None) -> Table:
+def build_table(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, experiment: str | None = None) -> Table:
     """Cells for every row and column of ``spec`` from ``runs`` and the ``published`` reference rows.
 
     ``experiment`` names the experiment the table belongs to: generated rows take its runs only (unless the spec's
@@ -340,9 +352,11 @@ def add_stats(table: Table, baseline: str | None = None, n_boot: int = N_BOOT, s
             if benchmark not in base.runs:
                 continue
             if run.selection != base.runs[benchmark].selection:
-                table.notes.append(f"row {row.id} / {benchmark}: no paired statistics: {run.id} and the baseline's "
-                                   f"{base.runs[benchmark].id} were asked different questions "
-                                   f"({_selection_diff(run, base.runs[benchmark])})")
+                table.notes.append(
+                    f"row {row.id} / {benchmark}: no paired statistics: {run.id} and the baseline's "
+                    f"{base.runs[benchmark].id} were asked different questions "
+                    f"({_selection_diff(run, base.runs[benchmark])})"
+                )
                 continue
             indices = [j for j, c in enumerate(table.spec.columns) if c.benchmark == benchmark]
             paths = [table.spec.columns[j].score for j in indices]
@@ -368,13 +382,25 @@ def table_frame(table: Table) -> pd.DataFrame:
     for row in table.rows:
         for column, cell in zip(table.spec.columns, row.cells):
             stat = cell.stat.as_dict() if cell.stat else dict.fromkeys(PairedStat.__dataclass_fields__)
-            records.append({
-                "table": table.spec.name, "row": row.id, "label": " | ".join(row.stub), "published": row.published,
-                "source": row.source, "column": f"{column.group} {column.label}" if column.group else column.label,
-                "benchmark": column.benchmark, "score": column.score, "value": cell.value, "n": cell.n,
-                "partial": cell.partial, "missing": cell.missing, "bold": cell.bold,
-                "run": row.runs[column.benchmark].id if column.benchmark in row.runs else None,
-                "model": row.runs[column.benchmark].fields["model"] if column.benchmark in row.runs else None,
-                "baseline": table.baseline, **stat,
-            })
+            records.append(
+                {
+                    "table": table.spec.name,
+                    "row": row.id,
+                    "label": " | ".join(row.stub),
+                    "published": row.published,
+                    "source": row.source,
+                    "column": f"{column.group} {column.label}" if column.group else column.label,
+                    "benchmark": column.benchmark,
+                    "score": column.score,
+                    "value": cell.value,
+                    "n": cell.n,
+                    "partial": cell.partial,
+                    "missing": cell.missing,
+                    "bold": cell.bold,
+                    "run": row.runs[column.benchmark].id if column.benchmark in row.runs else None,
+                    "model": row.runs[column.benchmark].fields["model"] if column.benchmark in row.runs else None,
+                    "baseline": table.baseline,
+                    **stat,
+                }
+            )
     return pd.DataFrame(records)

@@ -86,8 +86,12 @@ class Tracker:
         try:
             return action()
         except Exception as err:  # wandb may fail in many ways; none of them may stop the run
-            warnings.warn(f"wandb {what} failed ({type(err).__name__}: {err}); tracking is off for this run, "
-                          "local outputs are unaffected", TrackingWarning, stacklevel=3)
+            warnings.warn(
+                f"wandb {what} failed ({type(err).__name__}: {err}); tracking is off for this run, "
+                "local outputs are unaffected",
+                TrackingWarning,
+                stacklevel=3,
+            )
             self._run = None
             return None
 
@@ -99,8 +103,9 @@ class Tracker:
         scores = flatten_scores(metrics.get("scores") or {})
         flat = {f"{benchmark}/{path.replace('.', '/')}": v for path, v in scores.items() if v is not None}
         flat.update({f"memory/{k}": v for k, v in (metrics.get("memory") or {}).items() if v is not None})
-        flat.update({k: metrics[k] for k in ("n_questions", "budget_tokens", "budget_bytes")
-                     if metrics.get(k) is not None})
+        flat.update(
+            {k: metrics[k] for k in ("n_questions", "budget_tokens", "budget_bytes") if metrics.get(k) is not None}
+        )
         self._guard("log_metrics", lambda: (self._run.log(flat), self._run.summary.update(flat)))
 
     def log_memory(self, trace: Iterable[Mapping[str, Any]]) -> None:

@@ -95,9 +95,12 @@ def full_prompt(adapter: ModelAdapter, frames: np.ndarray, fps: float) -> tuple[
         grid = (gt, gh // m, gw // m)
         ids = adapter.prefix_ids() + [video_token] * (grid[0] * grid[1] * grid[2]) + adapter.question_ids(PROMPT)
         positions = qwen_positions(ids, video_token, grid, qwen_temporal_index(adapter, gt, fps))
-        inputs = dict(pixel_values_videos=pixels, video_grid_thw=torch.tensor([[gt, gh, gw]]),
-                      position_ids=positions.unsqueeze(1),
-                      mm_token_type_ids=(torch.tensor([ids]) == video_token).int() * 2)
+        inputs = dict(
+            pixel_values_videos=pixels,
+            video_grid_thw=torch.tensor([[gt, gh, gw]]),
+            position_ids=positions.unsqueeze(1),
+            mm_token_type_ids=(torch.tensor([ids]) == video_token).int() * 2,
+        )
         return ids, inputs, positions
     pixels = adapter.preprocess(frames)
     per_frame = adapter.grid[0] * adapter.grid[1]
@@ -118,13 +121,20 @@ def one_shot_logprobs(adapter: ModelAdapter, frames: np.ndarray, fps: float) -> 
 
 
 # -- streaming --------------------------------------------------------------------------------------------------
-def make_session(adapter: ModelAdapter, policy=None, budget: int | None = None,
-                 c_ratio: float = 0.75) -> StreamingSession:
+def make_session(
+    adapter: ModelAdapter, policy=None, budget: int | None = None, c_ratio: float = 0.75
+) -> StreamingSession:
     return StreamingSession(adapter, policy, budget, c_ratio, lambda: FullPrecisionStore(adapter.dtype))
 
 
-def stream(adapter: ModelAdapter, frames: np.ndarray, chunk: int, fps: float = 2.0, spy: list | None = None,
-           session: StreamingSession | None = None) -> StreamingSession:
+def stream(
+    adapter: ModelAdapter,
+    frames: np.ndarray,
+    chunk: int,
+    fps: float = 2.0,
+    spy: list | None = None,
+    session: StreamingSession | None = None,
+) -> StreamingSession:
     """Feed ``frames`` in chunks of ``chunk`` raw frames; with ``spy``, record the positions of every forward
     (prefix, each chunk, then the question: the first forward of ``ask``)."""
     session = session or make_session(adapter)
@@ -134,7 +144,7 @@ def stream(adapter: ModelAdapter, frames: np.ndarray, chunk: int, fps: float = 2
     try:
         session.start("v")
         for i in range(0, len(frames), chunk):
-            session.feed(frames[i:i + chunk], fps=fps)
+            session.feed(frames[i : i + chunk], fps=fps)
         session.finish()
         if spy is not None:
             session.ask(PROMPT, max_new_tokens=1)

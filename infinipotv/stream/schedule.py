@@ -33,6 +33,7 @@ class ByteCap:
     def of(cls, budget: int, c_ratio: float, prefix: int, shape: tuple[int, int, int], storage: Storage) -> "ByteCap":
         """The formula's bytes for |M| = ``budget`` and |C| video tokens plus the ``prefix``, over the whole model
         (``shape`` = layers, KV heads, head_dim)."""
+
         def formula(video: int) -> int:
             return int(cache_bytes(video + prefix, *shape, storage))
 

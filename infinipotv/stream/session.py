@@ -16,7 +16,6 @@ will have when their chunk is fed, so chunk boundaries (and so every compression
 from __future__ import annotations
 
 import re
-
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -112,9 +111,12 @@ class StreamingSession:
         positions = a.text_positions(0, len(ids))
         video_start = int(positions.max()) + 1
         self._video = VideoState(
-            video_id=video_id, cache=StreamCache(a.n_layers, self.make_store),
+            video_id=video_id,
+            cache=StreamCache(a.n_layers, self.make_store),
             ref_cache=StreamCache(a.n_layers, lambda: FullPrecisionStore()) if self.reference else None,
-            prefix_len=len(ids), video_start=video_start, next_position=video_start,
+            prefix_len=len(ids),
+            video_start=video_start,
+            next_position=video_start,
         )
         self.peak.reset()
         self._prefill(a.embed_text(ids), positions, torch.full((len(ids),), TEXT_ID))
@@ -174,11 +176,18 @@ class StreamingSession:
         v.frames_encoded += len(frames)
         v.vision_tokens += n
         v.next_position = max(v.next_position, int(chunk.positions.max()) + 1)
-        v.trace.append(TraceStep.of(
-            v.cache, video_id=v.video_id, step=len(v.trace), frames_seen=v.frames_encoded,
-            prefix_tokens=v.prefix_len, peak_memory_bytes=self.peak.read(), encode_seconds=step_s - clock.seconds,
-            compress=clock.record(before, v.video_tokens),
-        ))
+        v.trace.append(
+            TraceStep.of(
+                v.cache,
+                video_id=v.video_id,
+                step=len(v.trace),
+                frames_seen=v.frames_encoded,
+                prefix_tokens=v.prefix_len,
+                peak_memory_bytes=self.peak.read(),
+                encode_seconds=step_s - clock.seconds,
+                compress=clock.record(before, v.video_tokens),
+            )
+        )
 
     def _check_chunk(self, chunk: VisionChunk) -> None:
         v = self.video
@@ -234,8 +243,14 @@ class StreamingSession:
         return compress
 
     # -- questions ------------------------------------------------------------------------------------------------
-    def ask(self, prompt: str, max_new_tokens: int, frames: np.ndarray | None = None, fps: float | None = None,
-            stop: str | None = None) -> Answer:
+    def ask(
+        self,
+        prompt: str,
+        max_new_tokens: int,
+        frames: np.ndarray | None = None,
+        fps: float | None = None,
+        stop: str | None = None,
+    ) -> Answer:
         """Greedy answer on the current memory; the question and answer are removed from the cache afterwards.
         Decoding ends at an end-of-sequence token, after ``max_new_tokens``, or once the text matches ``stop`` (a
         regular expression).
@@ -257,8 +272,9 @@ class StreamingSession:
         return answer
 
     @torch.inference_mode()
-    def _answer(self, cache: StreamCache, prompt: str, max_new_tokens: int, tail: VisionChunk | None,
-                stop: str | None) -> Answer:
+    def _answer(
+        self, cache: StreamCache, prompt: str, max_new_tokens: int, tail: VisionChunk | None, stop: str | None
+    ) -> Answer:
         a = self.adapter
         ids = a.question_ids(prompt)
         eos = a.eos_ids

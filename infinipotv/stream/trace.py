@@ -45,17 +45,35 @@ class TraceStep:
         return asdict(self)
 
     @classmethod
-    def of(cls, cache: StreamCache, *, video_id: str, step: int, frames_seen: int, prefix_tokens: int,
-           peak_memory_bytes: int, encode_seconds: float, compress: CompressRecord | None) -> "TraceStep":
+    def of(
+        cls,
+        cache: StreamCache,
+        *,
+        video_id: str,
+        step: int,
+        frames_seen: int,
+        prefix_tokens: int,
+        peak_memory_bytes: int,
+        encode_seconds: float,
+        compress: CompressRecord | None,
+    ) -> "TraceStep":
         """The step's record, with the token counts and bytes read from the ``cache`` as it is now."""
         by_layer = cache.nbytes_by_layer()
         parts = cache.nbytes(by_layer)
         total = cache.committed_length()
         return cls(
-            video_id=video_id, step=step, frames_seen=frames_seen, prefix_tokens=prefix_tokens,
-            video_tokens=total - prefix_tokens, total_tokens=total, cache_bytes=sum(parts.values()),
-            cache_bytes_by_part=parts, layer_bytes=cache.layer_nbytes(by_layer), peak_memory_bytes=peak_memory_bytes,
-            encode_seconds=encode_seconds, compress=compress,
+            video_id=video_id,
+            step=step,
+            frames_seen=frames_seen,
+            prefix_tokens=prefix_tokens,
+            video_tokens=total - prefix_tokens,
+            total_tokens=total,
+            cache_bytes=sum(parts.values()),
+            cache_bytes_by_part=parts,
+            layer_bytes=cache.layer_nbytes(by_layer),
+            peak_memory_bytes=peak_memory_bytes,
+            encode_seconds=encode_seconds,
+            compress=compress,
         )
 
 
@@ -85,6 +103,7 @@ class PassClock:
 
     def timing(self, fn: Callable[..., None]) -> Callable[..., None]:
         """``fn`` timed on every call (each layer of a pass made during the forward)."""
+
         def timed_fn(*args: object) -> None:
             with self.timed():
                 fn(*args)
@@ -95,8 +114,9 @@ class PassClock:
         """The step's compression record, or None when it made no pass."""
         if not self.passes:
             return None
-        return CompressRecord(tokens_before=tokens_before, tokens_after=tokens_after, seconds=self.seconds,
-                              passes=self.passes)
+        return CompressRecord(
+            tokens_before=tokens_before, tokens_after=tokens_after, seconds=self.seconds, passes=self.passes
+        )
 
 
 class PeakMemory:

@@ -12,7 +12,16 @@ import torch
 
 from bench.report import SECTIONS, render
 
-SCRIPTS = ("kivi_throughput", "memory", "overhead", "ttft", "encode_counts", "gpu_table_a4", "host_memory", "default_run")
+SCRIPTS = (
+    "kivi_throughput",
+    "memory",
+    "overhead",
+    "ttft",
+    "encode_counts",
+    "gpu_table_a4",
+    "host_memory",
+    "default_run",
+)
 
 
 @pytest.fixture(autouse=True)

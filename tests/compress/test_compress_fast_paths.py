@@ -40,8 +40,9 @@ def test_periodic_tar_path_equals_the_general_path(n_tokens: int, grid: tuple[in
     n_frames = math.ceil(n_tokens / p)
     cell = (torch.arange(n_tokens) + n_frames * p - n_tokens).expand(3, n_tokens)
     assert torch.equal(coords.frame, cell // p) and torch.equal(coords.slot, cell % p)
-    general = FrameCoords(coords.frame.contiguous(), coords.slot.contiguous(), coords.n_grid_frames, coords.n_frames,
-                          grid, offset=None)
+    general = FrameCoords(
+        coords.frame.contiguous(), coords.slot.contiguous(), coords.n_grid_frames, coords.n_frames, grid, offset=None
+    )
     keys = torch.randn(3, n_tokens, 32, generator=torch.Generator().manual_seed(n_tokens))
     for r in (1, max(1, n_frames // 4)):
         assert torch.equal(coords.recent(r), general.recent(r))
@@ -158,8 +159,11 @@ def test_ascending_kernel_equals_the_torch_path() -> None:
             assert not native.takes_indices(kept)
             assert torch.equal(got, ascending(kept, n_tokens, "p"))
         assert torch.equal(got, kept.sort(1).values)
-    bad = {"outside": torch.tensor([[0, 5], [1, 2]]), "repeated": torch.tensor([[0, 1], [3, 3]]),
-           "negative": torch.tensor([[0, -1], [1, 2]])}
+    bad = {
+        "outside": torch.tensor([[0, 5], [1, 2]]),
+        "repeated": torch.tensor([[0, 1], [3, 3]]),
+        "negative": torch.tensor([[0, -1], [1, 2]]),
+    }
     for name, kept in bad.items():
         match = "a token twice" if name == "repeated" else r"indices outside \[0, 5\)"
         for path in ("native", "torch"):

@@ -9,8 +9,16 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from infinipotv.compress import (POLICIES, POOLINGS, PRESETS, build, compressed_size, pinned_params, policy_params,
-                                 resolve_params)
+from infinipotv.compress import (
+    POLICIES,
+    POOLINGS,
+    PRESETS,
+    build,
+    compressed_size,
+    pinned_params,
+    policy_params,
+    resolve_params,
+)
 
 N_LAYERS = 6  # not a multiple of 4: every layer_quartile group boundary is exercised
 HEAD_INDEPENDENT = {"full", "uniform_frames", "uniform_tokens", "swa"}  # positional: same choice in every head
@@ -53,7 +61,9 @@ def test_full_never_evicts(region):
 def test_build_errors_name_the_fix():
     with pytest.raises(ValueError, match="unknown compression policy 'nope'.*tar_van_pool"):
         build("nope")
-    with pytest.raises(TypeError, match=r"no parameter alpha \(it pins alpha=1.0\); its parameters: r_ratio, frame_view"):
+    with pytest.raises(
+        TypeError, match=r"no parameter alpha \(it pins alpha=1.0\); its parameters: r_ratio, frame_view"
+    ):
         build("tar", alpha=0.3)
     with pytest.raises(TypeError, match="its parameters: none"):
         build("van", pooling="cv")
@@ -66,8 +76,11 @@ def test_build_errors_name_the_fix():
 @pytest.mark.parametrize(
     "name, kwargs, message",
     [
-        ("tar_van_pool", {"pooling": "max"},
-         "pooling='max' is unknown; use one of none, layer_quartile, layer_quartile_axes, cv"),
+        (
+            "tar_van_pool",
+            {"pooling": "max"},
+            "pooling='max' is unknown; use one of none, layer_quartile, layer_quartile_axes, cv",
+        ),
         ("tar_van_pool", {"frame_view": "grid"}, "frame_view='grid' is unknown"),
         ("tar_van_pool", {"alpha": 1.5}, r"alpha=1.5 must be in \[0.0, 1.0\]"),
         ("tar_van", {"alpha": -0.1}, "alpha=-0.1 must be in"),
@@ -162,11 +175,14 @@ def test_every_policy_is_a_config_choice_with_exactly_its_params():
         assert build(name, **given) == build(name), f"compress={name} must restate the policy's defaults"
 
 
-@pytest.mark.parametrize(("returned", "message"), [
-    (lambda h, n, t: torch.arange(n).expand(h, n) + (t - n + 1), r"returned indices outside \[0, "),
-    (lambda h, n, t: torch.zeros(h, n, dtype=torch.long), "returned a token twice"),
-    (lambda h, n, t: torch.arange(n - 1).expand(h, n - 1), "returned indices of shape"),
-])
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        (lambda h, n, t: torch.arange(n).expand(h, n) + (t - n + 1), r"returned indices outside \[0, "),
+        (lambda h, n, t: torch.zeros(h, n, dtype=torch.long), "returned a token twice"),
+        (lambda h, n, t: torch.arange(n - 1).expand(h, n - 1), "returned indices of shape"),
+    ],
+)
 def test_a_policy_returning_bad_indices_is_caught(region, monkeypatch, returned, message):
     """The checks run on the device (no read-back inside a pass); on the CPU they raise at once."""
     keys, values, layout = region()

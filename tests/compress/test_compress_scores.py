@@ -133,8 +133,9 @@ def test_pooling_matches_direct_computation(mode, size, kernel, view):
 @pytest.mark.parametrize("n_layers", [1, 2, 3, 4, 5, 6, 28])
 def test_layer_quartile_axes_kernels(n_layers):
     van = torch.ones(2, 10)
-    modes = [pooling_kernel("layer_quartile_axes", layer, n_layers, van, (1.0, 0.6, 0.3))[0]
-             for layer in range(n_layers)]
+    modes = [
+        pooling_kernel("layer_quartile_axes", layer, n_layers, van, (1.0, 0.6, 0.3))[0] for layer in range(n_layers)
+    ]
     order = ["3d", "2d", "1d", "none"]
     assert modes[0] == "3d" and [order.index(m) for m in modes] == sorted(order.index(m) for m in modes)
     if n_layers >= 4:
@@ -173,8 +174,9 @@ def public_code_pool(van: torch.Tensor, grid: tuple[int, int], mode: str) -> tor
     if mode == "none":
         return van
     if mode == "1d":
-        return torch.stack([torch.stack([van[i, max(0, c - 1):c + 2].sum() / 3 for c in range(n_tokens)])
-                            for i in range(heads)])
+        return torch.stack(
+            [torch.stack([van[i, max(0, c - 1) : c + 2].sum() / 3 for c in range(n_tokens)]) for i in range(heads)]
+        )
     side = min(7 if mode == "3d" else 5, n_frames, h, w)
     if side % 2 == 0:
         side -= 1
@@ -236,6 +238,7 @@ def test_tar_van_combination(region):
 def test_reversed_variants_rank_the_other_way(region):
     keys, values, layout = region(frames=8)
     n_tokens, recent = keys.shape[1], set(range(84, 96))
+
     def dropped(name: str) -> list[set[int]]:
         return [set(range(n_tokens)) - s for s in as_sets(build(name)(keys, values, layout, n_tokens - 25, 0, 4))]
 

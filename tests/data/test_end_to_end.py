@@ -7,22 +7,35 @@ import json
 from pathlib import Path
 
 import pytest
+
 from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConfig, RunConfig
-from infinipotv.job import read_predictions, run_job
 from infinipotv.data.toy import BUILDERS
+from infinipotv.job import read_predictions, run_job
 from infinipotv.stream.session import StreamingSession
 
-TINY = dict(family="qwen2vl", tiny=True, dtype="float32", min_pixels=56 * 56, max_pixels=112 * 112,
-            options={"num_layers": 2, "hidden_size": 128, "num_heads": 4, "num_kv_heads": 2})
+TINY = dict(
+    family="qwen2vl",
+    tiny=True,
+    dtype="float32",
+    min_pixels=56 * 56,
+    max_pixels=112 * 112,
+    options={"num_layers": 2, "hidden_size": 128, "num_heads": 4, "num_kv_heads": 2},
+)
 
 
 def run_config(bench, compress: str = "tar_van_pool") -> RunConfig:
-    return RunConfig(model=ModelConfig(**TINY), compress=CompressConfig(name=compress, budget=40), quant=QuantConfig(),
-                     benchmark=bench, eval=EvalConfig(chunk_frames=2))
+    return RunConfig(
+        model=ModelConfig(**TINY),
+        compress=CompressConfig(name=compress, budget=40),
+        quant=QuantConfig(),
+        benchmark=bench,
+        eval=EvalConfig(chunk_frames=2),
+    )
 
 
-@pytest.mark.parametrize("name, fmt", [(name, None) for name in sorted(BUILDERS)]
-                         + [("mlvu", "official"), ("egoschema", "official")])
+@pytest.mark.parametrize(
+    "name, fmt", [(name, None) for name in sorted(BUILDERS)] + [("mlvu", "official"), ("egoschema", "official")]
+)
 def test_benchmark_runs_end_to_end(name: str, fmt: str | None, tmp_path: Path) -> None:
     bench = BUILDERS[name](tmp_path / "data", **({"fmt": fmt} if fmt else {}))
     metrics = run_job(run_config(bench), tmp_path / "run")

@@ -28,12 +28,15 @@ def every_frame(path) -> np.ndarray:
         return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(container.streams.video[0])])
 
 
-@pytest.mark.parametrize("plan_of", [
-    lambda p: FramePlan.rate(p, fps=2.0),                 # the streaming view: every 5th frame
-    lambda p: FramePlan.rate(p, fps=4.0, max_frames=7),   # a rate capped: resampled uniformly
-    lambda p: FramePlan.uniform(p, 8),                    # a fixed count over the whole video
-    lambda p: FramePlan.uniform(p, 100),                  # more than the video has: every frame once
-])
+@pytest.mark.parametrize(
+    "plan_of",
+    [
+        lambda p: FramePlan.rate(p, fps=2.0),  # the streaming view: every 5th frame
+        lambda p: FramePlan.rate(p, fps=4.0, max_frames=7),  # a rate capped: resampled uniformly
+        lambda p: FramePlan.uniform(p, 8),  # a fixed count over the whole video
+        lambda p: FramePlan.uniform(p, 100),  # more than the video has: every frame once
+    ],
+)
 @pytest.mark.parametrize("chunk", [1, 3, 8])
 def test_chunked_background_reads_give_the_frames_of_a_whole_decode(counting_video, plan_of, chunk):
     plan = plan_of(counting_video)
@@ -57,8 +60,8 @@ def test_a_tail_read_for_a_question_is_read_again_as_part_of_the_next_chunk(coun
     expected = every_frame(counting_video)
     with FrameSource(plan, FPS, chunk=4) as source:
         assert np.array_equal(source.read(0, 4), expected[0:4])
-        assert np.array_equal(source.read(4, 6), expected[4:6])    # a question at frame 6: the transient tail
-        assert np.array_equal(source.read(4, 8), expected[4:8])    # then the whole chunk it belongs to
+        assert np.array_equal(source.read(4, 6), expected[4:6])  # a question at frame 6: the transient tail
+        assert np.array_equal(source.read(4, 8), expected[4:8])  # then the whole chunk it belongs to
         assert np.array_equal(source.read(8, 30), expected[8:30])  # a range over several chunks
         with pytest.raises(ValueError, match="increasing order"):
             source.read(7, 12)

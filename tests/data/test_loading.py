@@ -29,29 +29,64 @@ SB_PROMPT = (
 
 # name -> (video ids in order, the last being the malformed row's; the first question: qid, prompt, gold, categories)
 EXPECTED = {
-    "videomme": (["vmmeA", "vmmeB", "vmmeB"], "001-1",
-                 "Select the best answer to the following multiple-choice question based on the video and the "
-                 "subtitles. Respond with only the letter (A, B, C, or D) of the correct option.\nQuestion 001-1?\n"
-                 "A. Option 1 of 001-1.\nB. Option 2 of 001-1.\nC. Option 3 of 001-1.\nD. Option 4 of 001-1.\n\n"
-                 + ANSWER, "C",
-                 {"duration": "short", "domain": "Knowledge", "sub_category": "Astronomy",
-                  "task_type": "Counting Problem"}),
-    "mlvu": (["plot_1.mp4", "needle_1.mp4", "count_1.mp4", "count_9.mp4", "plot_1.mp4"], "plotQA_0",
-             "What colour is the main character's coat?\n(A) Yellow\n(B) Red\n(C) Green\n(D) Blue\n"
-             "Only give the best option.\nBest option: (", "B", {"task_type": "plotQA"}),
-    "egoschema": (["0a1b2c3d-ego-a", "4e5f6a7b-ego-b", "0a1b2c3d-ego-a"], "0a1b2c3d-ego-a",
-                  "What does c do overall in 0a1b2c3d-ego-a?\n" + "".join(
-                      f"{x}. c does thing {i} in 0a1b2c3d-ego-a.\n" for i, x in enumerate("ABCDE")) + ANSWER, "C", {}),
-    "longvideobench": (["lvbA", "lvbB", "lvbB"], "lvbA_0",
-                       "In lvbA_0, what happens?\n" + "".join(f"{x}. event {i} of lvbA_0\n" for i, x in
-                                                              enumerate("ABCD")) + ANSWER + "\n", "B",
-                       {"duration_group": "15", "question_category": "E2O", "topic_category": "NP-News-Programs"}),
-    "streamingbench": (["sample_1_real", "sample_2_real", "sample_2_real"], "sample_1_real_2", SB_PROMPT, "A",
-                       {"task_type": "Counting", "group": "Real-Time Visual Understanding"}),
+    "videomme": (
+        ["vmmeA", "vmmeB", "vmmeB"],
+        "001-1",
+        "Select the best answer to the following multiple-choice question based on the video and the "
+        "subtitles. Respond with only the letter (A, B, C, or D) of the correct option.\nQuestion 001-1?\n"
+        "A. Option 1 of 001-1.\nB. Option 2 of 001-1.\nC. Option 3 of 001-1.\nD. Option 4 of 001-1.\n\n" + ANSWER,
+        "C",
+        {"duration": "short", "domain": "Knowledge", "sub_category": "Astronomy", "task_type": "Counting Problem"},
+    ),
+    "mlvu": (
+        ["plot_1.mp4", "needle_1.mp4", "count_1.mp4", "count_9.mp4", "plot_1.mp4"],
+        "plotQA_0",
+        "What colour is the main character's coat?\n(A) Yellow\n(B) Red\n(C) Green\n(D) Blue\n"
+        "Only give the best option.\nBest option: (",
+        "B",
+        {"task_type": "plotQA"},
+    ),
+    "egoschema": (
+        ["0a1b2c3d-ego-a", "4e5f6a7b-ego-b", "0a1b2c3d-ego-a"],
+        "0a1b2c3d-ego-a",
+        "What does c do overall in 0a1b2c3d-ego-a?\n"
+        + "".join(f"{x}. c does thing {i} in 0a1b2c3d-ego-a.\n" for i, x in enumerate("ABCDE"))
+        + ANSWER,
+        "C",
+        {},
+    ),
+    "longvideobench": (
+        ["lvbA", "lvbB", "lvbB"],
+        "lvbA_0",
+        "In lvbA_0, what happens?\n"
+        + "".join(f"{x}. event {i} of lvbA_0\n" for i, x in enumerate("ABCD"))
+        + ANSWER
+        + "\n",
+        "B",
+        {"duration_group": "15", "question_category": "E2O", "topic_category": "NP-News-Programs"},
+    ),
+    "streamingbench": (
+        ["sample_1_real", "sample_2_real", "sample_2_real"],
+        "sample_1_real_2",
+        SB_PROMPT,
+        "A",
+        {"task_type": "Counting", "group": "Real-Time Visual Understanding"},
+    ),
 }
-FORMATS = [("videomme", "json"), ("videomme", "jsonl"), ("videomme", "parquet"), ("mlvu", "json"),
-           ("mlvu", "parquet"), ("mlvu", "official"), ("egoschema", "json"), ("egoschema", "parquet"),
-           ("egoschema", "official"), ("longvideobench", None), ("streamingbench", "json"), ("streamingbench", "csv")]
+FORMATS = [
+    ("videomme", "json"),
+    ("videomme", "jsonl"),
+    ("videomme", "parquet"),
+    ("mlvu", "json"),
+    ("mlvu", "parquet"),
+    ("mlvu", "official"),
+    ("egoschema", "json"),
+    ("egoschema", "parquet"),
+    ("egoschema", "official"),
+    ("longvideobench", None),
+    ("streamingbench", "json"),
+    ("streamingbench", "csv"),
+]
 
 
 def build(name: str, fmt: str | None, root: Path) -> BenchmarkConfig:
@@ -67,8 +102,11 @@ def test_fixture_loads_with_protocol_prompts(name: str, fmt: str | None, tmp_pat
     samples = list(bench.samples())
     video_ids, qid, prompt, gold, categories = EXPECTED[name]
     if fmt == "csv":  # the CSV names videos by category and sample, and carries its own question ids
-        video_ids = ["Real-Time Visual Understanding_sample_1", "Real-Time Visual Understanding_sample_2",
-                     "Real-Time Visual Understanding_sample_2"]
+        video_ids = [
+            "Real-Time Visual Understanding_sample_1",
+            "Real-Time Visual Understanding_sample_2",
+            "Real-Time Visual Understanding_sample_2",
+        ]
         qid = "Real-Time Visual Understanding_sample_1_2"
     if fmt == "official" and name == "mlvu":  # the answer that is not a candidate is the bad row
         video_ids = ["plot_1.mp4", "needle_1.mp4", "needle_1.mp4", "count_1.mp4", "count_9.mp4"]
@@ -101,9 +139,16 @@ def test_streaming_questions_are_in_time_order(tmp_path: Path) -> None:
     assert [q.categories["task_type"] for q in first.questions] == ["Counting", "Object Perception", "Causal Reasoning"]
 
 
-@pytest.mark.parametrize("name, problem", [("videomme", "4 options"), ("mlvu", "task_type 'summary'"),
-                                           ("egoschema", "index 0-4"), ("longvideobench", "correct_choice 4"),
-                                           ("streamingbench", "time stamp '00:12450'")])
+@pytest.mark.parametrize(
+    "name, problem",
+    [
+        ("videomme", "4 options"),
+        ("mlvu", "task_type 'summary'"),
+        ("egoschema", "index 0-4"),
+        ("longvideobench", "correct_choice 4"),
+        ("streamingbench", "time stamp '00:12450'"),
+    ],
+)
 def test_malformed_row_names_the_problem(name: str, problem: str, tmp_path: Path) -> None:
     samples = list(benchmark_class(name)(BUILDERS[name](tmp_path)).samples())
     assert [problem in s.error for s in samples if s.error] == [True]

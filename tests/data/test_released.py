@@ -46,15 +46,22 @@ def test_omni_groups_and_a_split_option_list(tmp_path: Path) -> None:
     samples = load(BUILDERS["streamingbench"](tmp_path, part="omni"))
     qs = questions(samples)
     groups = {q.categories["task_type"]: q.categories["group"] for q in qs.values()}
-    assert groups == {"Scene Understanding": "Omni-Source Understanding",
-                      "Misleading Context Understanding": "Contextual Understanding",
-                      "Emotion Recognition": "Omni-Source Understanding"}
+    assert groups == {
+        "Scene Understanding": "Omni-Source Understanding",
+        "Misleading Context Understanding": "Contextual Understanding",
+        "Emotion Recognition": "Omni-Source Understanding",
+    }
     split = next(q for q in qs.values() if q.categories["task_type"] == "Scene Understanding")
-    assert split.options == {"A": "A man waves and the narrator says, 'Have you packed yet?'.", "B": "A dog runs.",
-                             "C": "A car stops.", "D": "A bell rings."}
+    assert split.options == {
+        "A": "A man waves and the narrator says, 'Have you packed yet?'.",
+        "B": "A dog runs.",
+        "C": "A car stops.",
+        "D": "A bell rings.",
+    }
     assert [s.error for s in samples if s.error] == [
         "questions_omni.json row 3 (sample_1_Scene_Understanding_4): task_type 'Audio Guessing' is not one of "
-        "StreamingBench's 18 tasks"]
+        "StreamingBench's 18 tasks"
+    ]
 
 
 def test_repair_keeps_plain_lists_and_drops_what_upstream_never_shows() -> None:
@@ -69,8 +76,10 @@ def test_sqa_prompts_hold_the_earlier_questions_with_gold_answers(tmp_path: Path
     assert [q.categories["group"] for q in video.questions] == ["Contextual Understanding"] * 3
     first, second, third = (q.prompt for q in video.questions)
     assert SQA_CONTEXT not in first and "Here is the question." in first
-    assert ("At timestamp 00:00:01, the following question and answer occurred: Question: What is visible at "
-            "00:00:01 (q1)?; Options: A. thing 0., B. thing 1., C. thing 2., D. thing 3.; Answer: A; ") in second
+    assert (
+        "At timestamp 00:00:01, the following question and answer occurred: Question: What is visible at "
+        "00:00:01 (q1)?; Options: A. thing 0., B. thing 1., C. thing 2., D. thing 3.; Answer: A; "
+    ) in second
     assert "Answer: A; " in third and "Answer: B; " in third and "Answer: C" not in third
     assert "options must be a list" in samples[-1].error
 
@@ -90,11 +99,14 @@ def test_csv_categories_never_merge_and_task_names_match_the_json(tmp_path: Path
     assert real[0].video_id == "Real-Time Visual Understanding_sample_1"
     assert omni[0].video_id == "Omni-Source Understanding_sample_1"
     assert real[0].path.parts[-3:] == ("Real-Time Visual Understanding", "sample_1", "video.mp4")
-    rows = [{"question_id": "Real-Time Visual Understanding_sample_3_1"},
-            {"question_id": "Omni-Source Understanding_sample_3_1"}]
+    rows = [
+        {"question_id": "Real-Time Visual Understanding_sample_3_1"},
+        {"question_id": "Omni-Source Understanding_sample_3_1"},
+    ]
     assert len({r["video_id"] for r in flatten_csv(rows, "{category}/sample_{n}/video.mp4")}) == 2
-    json_tasks = {q.categories["task_type"]
-                  for q in questions(load(BUILDERS["streamingbench"](tmp_path / "j"))).values()}
+    json_tasks = {
+        q.categories["task_type"] for q in questions(load(BUILDERS["streamingbench"](tmp_path / "j"))).values()
+    }
     assert {q.categories["task_type"] for q in questions(real).values()} == json_tasks
     assert json_tasks <= set(GROUPS["Real-Time Visual Understanding"])
 
@@ -168,15 +180,18 @@ def test_null_ids_and_options_are_not_the_text_none(tmp_path: Path) -> None:
     path.write_text(json.dumps(rows))
     samples = load(cfg)
     errors = [s.error for s in samples if s.error]
-    assert errors == ["test-00000-of-00001.json row 0 (videomme-row0): question_id is empty",
-                      "test-00000-of-00001.json row 1 (001-2): option C is null"]
+    assert errors == [
+        "test-00000-of-00001.json row 0 (videomme-row0): question_id is empty",
+        "test-00000-of-00001.json row 1 (001-2): option C is null",
+    ]
     assert all("None" not in q.qid and "None" not in q.prompt for s in samples for q in s.questions)
 
 
 def test_streamingbench_prompt_is_upstreams(tmp_path: Path) -> None:
     q = load(BUILDERS["streamingbench"](tmp_path))[0].questions[0]
-    assert q.prompt == PROMPT.format(question="What is visible at 00:00:01 (q1)?",
-                                     options="A. thing 0.\nB. thing 1.\nC. thing 2.\nD. thing 3.")
+    assert q.prompt == PROMPT.format(
+        question="What is visible at 00:00:01 (q1)?", options="A. thing 0.\nB. thing 1.\nC. thing 2.\nD. thing 3."
+    )
 
 
 def test_time_stamps_in_the_released_forms() -> None:

@@ -17,21 +17,35 @@ PROMPT = "In q?\nA. one\nB. two\nC. three\nD. four\nAnswer with the option's let
 
 
 def record(qid: str, output: str, gold: str, parsed: str | None, error: str | None = None) -> str:
-    return json.dumps({"benchmark": "longvideobench", "question_id": qid, "video_id": "v", "prompt": PROMPT,
-                       "categories": {"duration_group": "15", "question_category": "E2O", "topic_category": "T"},
-                       "output": output, "parsed": parsed, "gold": gold, "correct": parsed == gold, "error": error})
+    return json.dumps(
+        {
+            "benchmark": "longvideobench",
+            "question_id": qid,
+            "video_id": "v",
+            "prompt": PROMPT,
+            "categories": {"duration_group": "15", "question_category": "E2O", "topic_category": "T"},
+            "output": output,
+            "parsed": parsed,
+            "gold": gold,
+            "correct": parsed == gold,
+            "error": error,
+        }
+    )
 
 
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     (tmp_path / "config.yaml").write_text(
         "model:\n  family: symbolic\nbenchmark:\n  name: longvideobench\n  root: /nonexistent\n  parser: faithful\n"
-        "  limit: 3\n  seed: 0\n")
-    lines = [record("q1", "D", "B", "D"),  # an earlier attempt, superseded after a resume
-             record("q1", "Answer: B", "B", "A"),
-             record("q2", "C", "C", "C"),
-             record("q3", "", "A", None, error="video file not found: /nonexistent/videos/v.mp4"),
-             '{"question_id": "q9", "outp']  # a job killed mid-write
+        "  limit: 3\n  seed: 0\n"
+    )
+    lines = [
+        record("q1", "D", "B", "D"),  # an earlier attempt, superseded after a resume
+        record("q1", "Answer: B", "B", "A"),
+        record("q2", "C", "C", "C"),
+        record("q3", "", "A", None, error="video file not found: /nonexistent/videos/v.mp4"),
+        '{"question_id": "q9", "outp',
+    ]  # a job killed mid-write
     (tmp_path / "predictions.jsonl").write_text("\n".join(lines) + "\n")
     (tmp_path / "metrics.json").write_text(json.dumps({"memory": {"peak_bytes": 1}}))
     return tmp_path
@@ -55,8 +69,14 @@ def test_strict_parser_fixes_the_quirk_and_write_updates_metrics(run_dir: Path, 
 
 def test_cli_module_runs(run_dir: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "infinipotv.data.rescore", str(run_dir), "--parser", "strict"],
-                         capture_output=True, text=True, env=env, cwd=REPO, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "infinipotv.data.rescore", str(run_dir), "--parser", "strict"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=True,
+    ).stdout
     assert "longvideobench rescored with the strict parser" in out and "1 of 3 answers parse differently" in out
 
 

@@ -17,9 +17,21 @@ def records(field: str, counts: dict[str, tuple[int, int]], **categories: str) -
     """``counts[value] = (correct, total)`` -> prediction records with that category value."""
     out = []
     for value, (correct, total) in counts.items():
-        out += [{"benchmark": "x", "question_id": f"{value}-{i}", "video_id": f"{value}-v", "prompt": "",
-                 "categories": {field: value, **categories}, "output": "A", "parsed": "A", "gold": "A" if i < correct
-                 else "B", "correct": i < correct, "error": None} for i in range(total)]
+        out += [
+            {
+                "benchmark": "x",
+                "question_id": f"{value}-{i}",
+                "video_id": f"{value}-v",
+                "prompt": "",
+                "categories": {field: value, **categories},
+                "output": "A",
+                "parsed": "A",
+                "gold": "A" if i < correct else "B",
+                "correct": i < correct,
+                "error": None,
+            }
+            for i in range(total)
+        ]
     return out
 
 
@@ -29,10 +41,16 @@ def bench(cls):
 
 # (correct, total) per task, in TASKS order, chosen so each accuracy rounds to the seed's Table 2 row.
 MLVU_ROWS = {
-    "FP16": ([(36, 41), (7, 10), (8, 11), (39, 50), (23, 36), (9, 17), (7, 20)],
-             [87.8, 70.0, 72.7, 78.0, 63.9, 52.9, 35.0], (78.9, 71.5, 44.0, 65.8)),
-    "INT4": ([(13, 15), (37, 54), (23, 31), (4, 5), (23, 36), (5, 9), (17, 50)],
-             [86.7, 68.5, 74.2, 80.0, 63.9, 55.6, 34.0], (77.6, 72.7, 44.8, 66.1)),
+    "FP16": (
+        [(36, 41), (7, 10), (8, 11), (39, 50), (23, 36), (9, 17), (7, 20)],
+        [87.8, 70.0, 72.7, 78.0, 63.9, 52.9, 35.0],
+        (78.9, 71.5, 44.0, 65.8),
+    ),
+    "INT4": (
+        [(13, 15), (37, 54), (23, 31), (4, 5), (23, 36), (5, 9), (17, 50)],
+        [86.7, 68.5, 74.2, 80.0, 63.9, 55.6, 34.0],
+        (77.6, 72.7, 44.8, 66.1),
+    ),
 }
 
 

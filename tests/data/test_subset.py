@@ -12,9 +12,14 @@ from infinipotv.data.subset import describe, select
 
 
 def videos(n: int = 10, per: int = 3) -> list[VideoSample]:
-    return [VideoSample(video_id=f"v{v}", path=Path(f"v{v}.mp4"),
-                        questions=[Question(qid=f"v{v}-{k}", prompt="p", gold="A") for k in range(per)])
-            for v in range(n)]
+    return [
+        VideoSample(
+            video_id=f"v{v}",
+            path=Path(f"v{v}.mp4"),
+            questions=[Question(qid=f"v{v}-{k}", prompt="p", gold="A") for k in range(per)],
+        )
+        for v in range(n)
+    ]
 
 
 def cfg(**kw) -> BenchmarkConfig:
@@ -32,8 +37,14 @@ def test_no_subset_keeps_everything_in_order() -> None:
 
 def test_limit_takes_the_first_questions() -> None:
     assert qids(select(videos(), cfg(limit=4))) == ["v0-0", "v0-1", "v0-2", "v1-0"]
-    assert describe(cfg(limit=4)) == {"is_subset": True, "limit": 4, "fraction": None, "n_ids": None, "shard": None,
-                                      "seed": 0}
+    assert describe(cfg(limit=4)) == {
+        "is_subset": True,
+        "limit": 4,
+        "fraction": None,
+        "n_ids": None,
+        "shard": None,
+        "seed": 0,
+    }
 
 
 def test_fraction_is_seeded_over_whole_videos() -> None:
@@ -61,8 +72,15 @@ def test_shards_are_disjoint_and_complete(extra: dict) -> None:
     assert describe(cfg(shard="1/3"))["is_subset"] is True and describe(cfg(shard="0/1"))["is_subset"] is False
 
 
-@pytest.mark.parametrize("bad, match", [({"shard": "3/3"}, "0 <= i < n"), ({"shard": "half"}, "'i/n'"),
-                                        ({"fraction": 0.0}, "benchmark.fraction"), ({"limit": 0}, "benchmark.limit")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"shard": "3/3"}, "0 <= i < n"),
+        ({"shard": "half"}, "'i/n'"),
+        ({"fraction": 0.0}, "benchmark.fraction"),
+        ({"limit": 0}, "benchmark.limit"),
+    ],
+)
 def test_bad_subset_options_name_the_fix(bad: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         select(videos(), cfg(**bad))

@@ -20,8 +20,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 def overrides_of(out: str) -> dict[str, list[str]]:
     """The toy command's printout: folder -> the run.py overrides that load it."""
-    return {line.split()[0]: shlex.split(line.split(None, 1)[1]) for line in out.splitlines()
-            if "benchmark=" in line}
+    return {line.split()[0]: shlex.split(line.split(None, 1)[1]) for line in out.splitlines() if "benchmark=" in line}
 
 
 def counts(out: str) -> dict[str, int]:
@@ -65,7 +64,9 @@ def test_doctor_reports_missing_videos_and_bad_rows_by_cause(toy_dirs: dict[str,
     assert check.main(["benchmark=streamingbench", f"benchmark.root={root}"]) == 1
     out = capsys.readouterr().out
     lines = {line.split("  ")[0]: line for line in out.splitlines()}
-    assert "sample_2_real" in lines["videos missing"] and "conf/benchmark/streamingbench.yaml" in lines["videos missing"]
+    assert (
+        "sample_2_real" in lines["videos missing"] and "conf/benchmark/streamingbench.yaml" in lines["videos missing"]
+    )
     cause = lines["bad rows: time stamp … is not H:MM:SS"]
     assert "sample_2_real_2" in cause and "H:MM:SS in the annotation row" in cause
     assert "2 of 5 questions would be scored as errors" in out
@@ -95,8 +96,12 @@ def test_the_doctor_follows_the_runs_subset(toy_dirs: dict[str, Path], capsys) -
 @pytest.mark.parametrize("folder", ["videomme", "streamingbench"])
 def test_toy_data_feeds_a_run_py_job(folder: str, toy_dirs: dict[str, Path], tmp_path: Path) -> None:
     register_configs()
-    args = [f"benchmark={'streamingbench' if folder.startswith('streaming') else folder}",
-            f"benchmark.root={toy_dirs['clean'] / folder}", "model=tiny_qwen2vl", "eval.chunk_frames=2"]
+    args = [
+        f"benchmark={'streamingbench' if folder.startswith('streaming') else folder}",
+        f"benchmark.root={toy_dirs['clean'] / folder}",
+        "model=tiny_qwen2vl",
+        "eval.chunk_frames=2",
+    ]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = as_run_config(compose(config_name="config", overrides=args))
     metrics = run_job(cfg, tmp_path / "run")

@@ -60,8 +60,6 @@ def test_live_key_groups_are_counted_without_padding(bits: int) -> None:
     assert kivi.nbytes()["key_scale_zero"] == int(live.sum()) * 16 * 2 * 4
 
 
-
-
 def _ragged_kivi(bits: int, dtype: torch.dtype, seed: int) -> KiviStore:
     """A store whose heads hold different numbers of quantized tokens, key groups and residual tokens, with
     partially evicted groups (random per-head evictions between ragged appends)."""
@@ -69,8 +67,11 @@ def _ragged_kivi(bits: int, dtype: torch.dtype, seed: int) -> KiviStore:
     store, next_id = KiviStore(bits, group_size=8, residual_length=4, dtype=dtype), 0
     for _ in range(7):
         n = int(torch.randint(5, 40, (1,), generator=gen))
-        store.append(torch.randn(3, n, 16, generator=gen), torch.randn(3, n, 16, generator=gen),
-                     torch.arange(next_id, next_id + n))
+        store.append(
+            torch.randn(3, n, 16, generator=gen),
+            torch.randn(3, n, 16, generator=gen),
+            torch.arange(next_id, next_id + n),
+        )
         next_id += n
         t = len(store)
         store.keep(torch.rand(3, t, generator=gen).argsort(1)[:, : 3 * t // 4].sort(1).values)
@@ -83,8 +84,11 @@ def _even_kivi(bits: int, dtype: torch.dtype, seed: int) -> KiviStore:
     gen = torch.Generator().manual_seed(seed)
     store, next_id = KiviStore(bits, group_size=8, residual_length=4, dtype=dtype), 0
     for _ in range(6):
-        store.append(torch.randn(3, 24, 16, generator=gen), torch.randn(3, 24, 16, generator=gen),
-                     torch.arange(next_id, next_id + 24))
+        store.append(
+            torch.randn(3, 24, 16, generator=gen),
+            torch.randn(3, 24, 16, generator=gen),
+            torch.arange(next_id, next_id + 24),
+        )
         next_id += 24
         nq, t = int(store.n_quantized[0]), len(store)
         quantized = torch.rand(3, nq, generator=gen).argsort(1)[:, : nq // 2].sort(1).values
@@ -112,8 +116,9 @@ def _plain_dequantized(store: KiviStore) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("bits", BITS)
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "torch_path"])
-def test_dequantized_in_place_equals_the_plain_computation(bits: int, dtype: torch.dtype, seed: int, kernels: bool,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dequantized_in_place_equals_the_plain_computation(
+    bits: int, dtype: torch.dtype, seed: int, kernels: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """read() writes codes and residual straight into its outputs (with the compiled kernels; on the
     PyTorch path, key scales in blocks on the CPU)."""
     if not kernels:
@@ -188,14 +193,16 @@ def test_flat_parts_equal_one_store_per_head(bits: int, dtype: torch.dtype, resi
         next_id += n
         store.append(keys, values, ids)
         for h, one in enumerate(alone):
-            one.append(keys[h:h + 1], values[h:h + 1], ids)
+            one.append(keys[h : h + 1], values[h : h + 1], ids)
         check()
         t = len(store)
         idx = torch.rand(heads, t, generator=gen).argsort(1)[:, : max(1, 3 * t // 4)].sort(1).values
         store.keep(idx)
         for h, one in enumerate(alone):
-            one.keep(idx[h:h + 1])
+            one.keep(idx[h : h + 1])
         check()
-        ragged = [ragged[0] or len(set(store.n_residual.tolist())) > 1,
-                  ragged[1] or len(set(store.n_key_groups.tolist())) > 1]
+        ragged = [
+            ragged[0] or len(set(store.n_residual.tolist())) > 1,
+            ragged[1] or len(set(store.n_key_groups.tolist())) > 1,
+        ]
     assert ragged == [True, True]  # heads held different numbers of window tokens and of key groups

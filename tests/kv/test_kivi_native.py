@@ -38,10 +38,20 @@ def _input(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tenso
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("bits", BITS)
 @pytest.mark.parametrize("axis", ["key", "value"])
-@pytest.mark.parametrize(("shape", "group"), [((3, 64, 128), 32), ((2, 48, 16), 8), ((2, 1, 32, 24), 8),
-                                              ((4, 96, 64), 16), ((2, 64, 128), 64), ((1, 32, 256), 32)])
-def test_kernels_equal_the_torch_path(dtype: torch.dtype, bits: int, axis: str, shape: tuple[int, ...],
-                                      group: int) -> None:
+@pytest.mark.parametrize(
+    ("shape", "group"),
+    [
+        ((3, 64, 128), 32),
+        ((2, 48, 16), 8),
+        ((2, 1, 32, 24), 8),
+        ((4, 96, 64), 16),
+        ((2, 64, 128), 64),
+        ((1, 32, 256), 32),
+    ],
+)
+def test_kernels_equal_the_torch_path(
+    dtype: torch.dtype, bits: int, axis: str, shape: tuple[int, ...], group: int
+) -> None:
     x = _input(shape, dtype, bits)
     if axis == "value" and shape[-1] % group:
         pytest.skip("values need head_dim % group == 0")

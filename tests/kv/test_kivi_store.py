@@ -221,12 +221,18 @@ def test_dtype_sets_the_residual_and_scale_dtype() -> None:
         (lambda: KiviStore(3), "bits=3"),
         (lambda: KiviStore(4, group_size=0), "group_size"),
         (lambda: KiviStore(4, residual_length=-1), "residual_length"),
-        (lambda: KiviStore(4, group_size=32).append(torch.randn(2, 4, 48), torch.randn(2, 4, 48), torch.arange(4)),
-         "multiple of group_size"),
-        (lambda: KiviStore(4, group_size=8).append(torch.randn(2, 4, 16), torch.randn(2, 5, 16), torch.arange(4)),
-         "heads, tokens, head_dim"),
-        (lambda: KiviStore(4, group_size=8).append(torch.randn(2, 4, 16), torch.randn(2, 4, 16), torch.arange(3)),
-         "token_ids"),
+        (
+            lambda: KiviStore(4, group_size=32).append(torch.randn(2, 4, 48), torch.randn(2, 4, 48), torch.arange(4)),
+            "multiple of group_size",
+        ),
+        (
+            lambda: KiviStore(4, group_size=8).append(torch.randn(2, 4, 16), torch.randn(2, 5, 16), torch.arange(4)),
+            "heads, tokens, head_dim",
+        ),
+        (
+            lambda: KiviStore(4, group_size=8).append(torch.randn(2, 4, 16), torch.randn(2, 4, 16), torch.arange(3)),
+            "token_ids",
+        ),
     ],
 )
 def test_bad_configuration_or_input_names_the_problem(make, match: str) -> None:

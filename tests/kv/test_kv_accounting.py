@@ -66,12 +66,20 @@ def test_the_per_token_figures_are_the_part_rates(bits: int) -> None:
     r, b = rates(128, storage), bytes_per_token(128, storage)
     assert (r.key_scale_zero, r.group_count, r.residual, r.length) == (512, 2, 512, 8)
     assert (b.codes, b.value_scale_zero, b.key_scale_zero, b.key_groups, b.positions) == (
-        r.codes, r.value_scale_zero, r.key_scale_zero / 32, r.group_count / 32, r.position)
+        r.codes,
+        r.value_scale_zero,
+        r.key_scale_zero / 32,
+        r.group_count / 32,
+        r.position,
+    )
     assert full_precision_bytes_per_token(128, storage) == r.residual + r.position
 
 
-@pytest.mark.parametrize("storage", [Storage(4), Storage(2, group_count_bytes=2, length_bytes=8), Storage(16),
-                                     Storage(32, scale_bytes=4)], ids=["int4", "int2-store", "fp16", "fp32"])
+@pytest.mark.parametrize(
+    "storage",
+    [Storage(4), Storage(2, group_count_bytes=2, length_bytes=8), Storage(16), Storage(32, scale_bytes=4)],
+    ids=["int4", "int2-store", "fp16", "fp32"],
+)
 @pytest.mark.parametrize("tokens", [0, 100, 159, 160, 1159, 6000])
 def test_cache_bytes_is_the_layout_figure_of_full_groups(storage: Storage, tokens: int) -> None:
     """The published figure is the layout figure's special case: the window at its largest and every other token
@@ -86,12 +94,21 @@ def test_cache_bytes_is_the_layout_figure_of_full_groups(storage: Storage, token
 def test_layout_figure_by_part_prices_each_count_at_its_rate() -> None:
     storage = Storage(4, 32, scale_bytes=2, group_count_bytes=2, length_bytes=8)
     parts = layout_bytes(Layout(tokens=1000, residual=300, key_groups=40, heads=4), 128, storage)
-    assert parts == {"key_codes": 700 * 64, "value_codes": 700 * 64, "key_scale_zero": 40 * 512,
-                     "value_scale_zero": 700 * 16, "bookkeeping": 40 * 2 + 4 * 8, "residual": 300 * 512,
-                     "positions": 1000 * 4}
+    assert parts == {
+        "key_codes": 700 * 64,
+        "value_codes": 700 * 64,
+        "key_scale_zero": 40 * 512,
+        "value_scale_zero": 700 * 16,
+        "bookkeeping": 40 * 2 + 4 * 8,
+        "residual": 300 * 512,
+        "positions": 1000 * 4,
+    }
     # full precision: tokens x rate
-    assert layout_bytes(Layout(1000, heads=4), 128, Storage(16)) == {"keys": 1000 * 256, "values": 1000 * 256,
-                                                                     "positions": 1000 * 4}
+    assert layout_bytes(Layout(1000, heads=4), 128, Storage(16)) == {
+        "keys": 1000 * 256,
+        "values": 1000 * 256,
+        "positions": 1000 * 4,
+    }
 
 
 def test_layouts_add_over_stores() -> None:
@@ -112,7 +129,10 @@ def test_layouts_add_over_stores() -> None:
 def test_storage_from_quant_config(bits, dtype, model_dtype, expected_bits: int, scale_bytes: int) -> None:
     storage = Storage.from_config(QuantConfig(bits=bits, dtype=dtype), model_dtype)
     assert (storage.bits, storage.scale_bytes, storage.group_size, storage.residual_length) == (
-        expected_bits, scale_bytes, 32, 128
+        expected_bits,
+        scale_bytes,
+        32,
+        128,
     )
 
 

@@ -35,7 +35,7 @@ def test_flat_indices_equal_the_loops_they_replace() -> None:
     assert [(flat_a + flat_b)[i] for i in index.tolist()] == want
     rows, first, kept = torch.arange(12).view(3, 4) * 10, torch.tensor([1, 0, 2]), torch.tensor([2, 0, 2])
     got = flat_take_index(rows, kept, 4, first=first).tolist()
-    assert got == [r for h in range(3) for r in rows[h, int(first[h]):int(first[h] + kept[h])].tolist()]
+    assert got == [r for h in range(3) for r in rows[h, int(first[h]) : int(first[h] + kept[h])].tolist()]
     assert flat_take_index(rows, kept, 4).tolist() == [0, 10, 80, 90]
 
 
@@ -50,8 +50,10 @@ def test_take_rows_equals_advanced_indexing(shape: tuple[int, ...], dtype: torch
     want = x[torch.arange(h).unsqueeze(1), idx]
     for got in (gather_rows(x, idx), take_rows(x, flat_rows(idx, length))):
         assert got.dtype == dtype and got.shape == want.shape
-        assert torch.equal(got.view(torch.uint8) if dtype != torch.uint8 else got,
-                           want.view(torch.uint8) if dtype != torch.uint8 else want)
+        assert torch.equal(
+            got.view(torch.uint8) if dtype != torch.uint8 else got,
+            want.view(torch.uint8) if dtype != torch.uint8 else want,
+        )
 
 
 def test_ragged_cat_puts_each_heads_rows_of_b_after_its_rows_of_a() -> None:

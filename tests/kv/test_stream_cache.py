@@ -22,8 +22,11 @@ def forward(cache: StreamCache, n: int, seed: int, layers: range = range(LAYERS)
     return [tuple(t[0] for t in cache.update(*chunk(n, seed + i), i)) for i in layers]
 
 
-@pytest.mark.parametrize("make_store", [lambda: FullPrecisionStore(torch.float32),
-                                        lambda: KiviStore(4, 32, 8, torch.float16)], ids=["fp32", "int4-fp16"])
+@pytest.mark.parametrize(
+    "make_store",
+    [lambda: FullPrecisionStore(torch.float32), lambda: KiviStore(4, 32, 8, torch.float16)],
+    ids=["fp32", "int4-fp16"],
+)
 def test_each_layer_is_handed_over_once_with_what_its_attention_read(make_store):
     cache = StreamCache(LAYERS, make_store)
     forward(cache, 40, seed=0)

@@ -27,10 +27,27 @@ def scripted_replies_dist(folder: Path) -> Path:
 
 def run_lmms_eval(model: str, model_args: str, out: Path, hf_home: Path, pythonpath: list[Path] = ()) -> Path:
     """``lmms-eval --model MODEL ... --log_samples`` over our four local tasks; returns its results file."""
-    env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join(map(str, [ROOT, *pythonpath]))}
-    cmd = [str(Path(sys.executable).with_name("lmms-eval")), "--model", model, "--model_args", model_args,
-           "--tasks", ",".join(TASKS), "--include_path", str(TASKS_DIR), "--output_path", str(out), "--log_samples"]
+    env = {
+        **os.environ,
+        "HF_HOME": str(hf_home),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join(map(str, [ROOT, *pythonpath])),
+    }
+    cmd = [
+        str(Path(sys.executable).with_name("lmms-eval")),
+        "--model",
+        model,
+        "--model_args",
+        model_args,
+        "--tasks",
+        ",".join(TASKS),
+        "--include_path",
+        str(TASKS_DIR),
+        "--output_path",
+        str(out),
+        "--log_samples",
+    ]
     log = out.with_suffix(".log")
     with log.open("w") as f:
         subprocess.run(cmd, cwd=out.parent, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=600, check=False)

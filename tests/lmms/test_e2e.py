@@ -49,7 +49,12 @@ def test_our_scorer_reproduces_lmms_eval(plugin_run: Path, task: str) -> None:
 
 
 def test_parity_command(plugin_run: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "infinipotv.lmms.parity", str(samples_file(plugin_run, TASKS[0])),
-                           "--task", "videomme"], capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "infinipotv.lmms.parity", str(samples_file(plugin_run, TASKS[0])), "--task", "videomme"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "parity: EXACT" in done.stdout and "| lmms-eval (results file" in done.stdout

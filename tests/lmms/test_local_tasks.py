@@ -17,8 +17,12 @@ from lmms_eval.tasks import TaskManager  # noqa: E402
 from infinipotv.lmms import TASKS_DIR  # noqa: E402
 from infinipotv.lmms.local_task import local_config  # noqa: E402
 
-VIDEOMME = {"task": "videomme_local", "base": "videomme/videomme.yaml", "dataset_path": "parquet",
-            "dataset_kwargs": {"data_files": {"test": "$HF_HOME/videomme/videomme/test-00000-of-00001.parquet"}}}
+VIDEOMME = {
+    "task": "videomme_local",
+    "base": "videomme/videomme.yaml",
+    "dataset_path": "parquet",
+    "dataset_kwargs": {"data_files": {"test": "$HF_HOME/videomme/videomme/test-00000-of-00001.parquet"}},
+}
 
 
 def test_lmms_eval_indexes_our_tasks() -> None:
@@ -36,12 +40,19 @@ def test_the_override_keeps_lmms_evals_task_and_changes_only_the_data(hf_home: P
     assert cfg["generation_kwargs"]["max_new_tokens"] == 16
 
 
-@pytest.mark.parametrize("change, error, message", [
-    ({"dataset_kwargs": {"data_files": {"test": "$HF_HOME/nowhere.parquet"}}}, FileNotFoundError, "nowhere.parquet"),
-    ({"dataset_kwargs": {"data_files": {"test": "$NO_SUCH_VAR/x.parquet"}}}, ValueError, r"\$NO_SUCH_VAR"),
-    ({"dataset_kwargs": {}}, ValueError, "data_files must map"),
-    ({"base": "videomme/nope.yaml"}, FileNotFoundError, "not a task config"),
-])
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        (
+            {"dataset_kwargs": {"data_files": {"test": "$HF_HOME/nowhere.parquet"}}},
+            FileNotFoundError,
+            "nowhere.parquet",
+        ),
+        ({"dataset_kwargs": {"data_files": {"test": "$NO_SUCH_VAR/x.parquet"}}}, ValueError, r"\$NO_SUCH_VAR"),
+        ({"dataset_kwargs": {}}, ValueError, "data_files must map"),
+        ({"base": "videomme/nope.yaml"}, FileNotFoundError, "not a task config"),
+    ],
+)
 def test_missing_pieces_are_named(hf_home: Path, change: dict, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         local_config({**VIDEOMME, **change})

@@ -25,14 +25,42 @@ from infinipotv.data.parsing import by_form, egoschema, first_capital  # noqa: E
 
 TAGS = [["<think>", "</think>"], ["<analysis>", "</analysis>"]]  # lmms-eval's default --reasoning_tags
 TRICKY = [
-    "A", "B.", " C\n", "(D) a dog", "A) The man walks", "I think the answer is C because it fits", "Bees and Cats",
-    "the answer is B, Dog", "DATA shows", "USA.", "", "   ", "(D) a dog, A.", '"C"', ".,A", "\u7b54\u6848\u662fB",
-    "I choose (C) but B.", "Answer: B", "The best answer is D", "<think>A or B</think> C", "so</think>D", "E",
-    "maybe c. washes dishes is what he does", "The answer is (E) because c walks the dog every day",
-    "he clearly washes dishes here in the kitchen", "A. c does thing 0 in q. then more words here",
+    "A",
+    "B.",
+    " C\n",
+    "(D) a dog",
+    "A) The man walks",
+    "I think the answer is C because it fits",
+    "Bees and Cats",
+    "the answer is B, Dog",
+    "DATA shows",
+    "USA.",
+    "",
+    "   ",
+    "(D) a dog, A.",
+    '"C"',
+    ".,A",
+    "\u7b54\u6848\u662fB",
+    "I choose (C) but B.",
+    "Answer: B",
+    "The best answer is D",
+    "<think>A or B</think> C",
+    "so</think>D",
+    "E",
+    "maybe c. washes dishes is what he does",
+    "The answer is (E) because c walks the dog every day",
+    "he clearly washes dishes here in the kitchen",
+    "A. c does thing 0 in q. then more words here",
 ]
-ALPHABET = list("ABCDEabcde .,:;()!?'\"\n") + ["the answer is ", "I pick ", "<think>", "</think>", "Best option:",
-                                               "washes dishes", "A. cuts vegetables"]
+ALPHABET = list("ABCDEabcde .,:;()!?'\"\n") + [
+    "the answer is ",
+    "I pick ",
+    "<think>",
+    "</think>",
+    "Best option:",
+    "washes dishes",
+    "A. cuts vegetables",
+]
 
 
 def replies(n: int = 6000) -> list[str]:

@@ -24,8 +24,15 @@ from infinipotv.lmms.compose import compose_run_config  # noqa: E402
 from infinipotv.lmms.plugin import InfiniPotV, _video_path  # noqa: E402
 
 # |M| = 40 with 4 vision tokens per model frame: the 24 frames of a 12 s video (2 fps) force compression passes.
-MODEL_ARGS = {"model": "tiny_qwen2vl", "model.max_pixels": 3136, "compress": "tar_van_pool", "compress.budget": 40,
-              "eval.chunk_frames": 4, "eval.max_new_tokens": 4, "quant": "int4"}
+MODEL_ARGS = {
+    "model": "tiny_qwen2vl",
+    "model.max_pixels": 3136,
+    "compress": "tar_van_pool",
+    "compress.budget": 40,
+    "eval.chunk_frames": 4,
+    "eval.max_new_tokens": 4,
+    "quant": "int4",
+}
 GREEDY = {"max_new_tokens": 16, "temperature": 0, "do_sample": False, "num_beams": 1}
 TRACE = ("frames_seen", "video_tokens", "total_tokens", "cache_bytes")
 
@@ -35,21 +42,32 @@ def test_lmms_eval_finds_the_plugin_through_its_entry_point() -> None:
 
 
 def test_model_args_are_hydra_overrides_of_run_py_configs() -> None:
-    cfg = compose_run_config({"model": "tiny_qwen2vl", "compress": "tar_van_pool", "compress.budget": 200,
-                              "compress.c_ratio": 0.5, "quant": "int4", "model.use_chat_template": False})
+    cfg = compose_run_config(
+        {
+            "model": "tiny_qwen2vl",
+            "compress": "tar_van_pool",
+            "compress.budget": 200,
+            "compress.c_ratio": 0.5,
+            "quant": "int4",
+            "model.use_chat_template": False,
+        }
+    )
     assert (cfg.model.family, cfg.model.tiny, cfg.model.use_chat_template) == ("qwen2vl", True, False)
     assert (cfg.compress.name, cfg.compress.budget, cfg.compress.c_ratio) == ("tar_van_pool", 200, 0.5)
     assert (cfg.quant.name, cfg.quant.bits) == ("int4", 4)
 
 
-@pytest.mark.parametrize("args, message", [
-    ({"benchmark": "videomme"}, "--tasks"),  # lmms-eval decides the task
-    ({"run_dir": "/tmp/x"}, "--output_path"),
-    ({"compress": "no_such_policy"}, "no_such_policy"),  # Hydra's own error, named
-    ({"compress": "tar_van_pool", "compress.budget": 20}, "eval.chunk_frames"),  # validate() runs
-    ({"config_dir": "/nonexistent"}, "config.yaml"),
-    ({"batch_size": 4}, "--batch_size 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ({"benchmark": "videomme"}, "--tasks"),  # lmms-eval decides the task
+        ({"run_dir": "/tmp/x"}, "--output_path"),
+        ({"compress": "no_such_policy"}, "no_such_policy"),  # Hydra's own error, named
+        ({"compress": "tar_van_pool", "compress.budget": 20}, "eval.chunk_frames"),  # validate() runs
+        ({"config_dir": "/nonexistent"}, "config.yaml"),
+        ({"batch_size": 4}, "--batch_size 1"),
+    ],
+)
 def test_bad_model_args_fail_with_the_fix(args: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         InfiniPotV(**args)
@@ -63,8 +81,10 @@ def plugin() -> InfiniPotV:
 def _requests(plugin: InfiniPotV, questions: list, gen_kwargs: dict = GREEDY) -> list[SimpleNamespace]:
     """lmms-eval's generate_until requests (only ``args`` is read) over ``(prompt, video path)`` pairs."""
     plugin.task_dict = {"videomme": {"test": [{"path": str(path)} for _, path in questions]}}
-    return [SimpleNamespace(args=(prompt, dict(gen_kwargs), lambda doc: [doc["path"]], i, "videomme", "test"))
-            for i, (prompt, _) in enumerate(questions)]
+    return [
+        SimpleNamespace(args=(prompt, dict(gen_kwargs), lambda doc: [doc["path"]], i, "videomme", "test"))
+        for i, (prompt, _) in enumerate(questions)
+    ]
 
 
 @pytest.mark.slow

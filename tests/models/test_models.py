@@ -17,8 +17,20 @@ from infinipotv import compress
 from infinipotv.config import ConfigError
 from infinipotv.factory import build_adapter
 from infinipotv.models import ADAPTERS, ModelError
-from infinipotv.stream.reference import (DEVICE, EMBED_ATOL, FAMILIES, LOGPROB_ATOL, PROMPT, full_prompt, is_qwen,
-                                         make_session, one_shot_logprobs, stream, tiny_adapter, tiny_config)
+from infinipotv.stream.reference import (
+    DEVICE,
+    EMBED_ATOL,
+    FAMILIES,
+    LOGPROB_ATOL,
+    PROMPT,
+    full_prompt,
+    is_qwen,
+    make_session,
+    one_shot_logprobs,
+    stream,
+    tiny_adapter,
+    tiny_config,
+)
 from tests.helpers import run_py
 
 
@@ -47,7 +59,7 @@ def test_chunked_vision_encoding_is_exact(adapter):
     """Each chunk is encoded on its own: the vision tower (Qwen2.5: windowed and full blocks) never crosses frames."""
     frames = np.random.default_rng(2).integers(0, 255, size=(8, 112, 112, 3)).astype(np.uint8)
     whole = adapter.encode_frames(frames, 0, 2.0, video_start=5)
-    parts = [adapter.encode_frames(frames[i:i + 2], i, 2.0, video_start=5) for i in range(0, 8, 2)]
+    parts = [adapter.encode_frames(frames[i : i + 2], i, 2.0, video_start=5) for i in range(0, 8, 2)]
     embeds = torch.cat([p.embeds for p in parts]).float()
     assert (embeds - whole.embeds.float()).abs().max() <= EMBED_ATOL
     assert torch.equal(torch.cat([p.positions for p in parts], dim=1), whole.positions)
@@ -91,7 +103,7 @@ def test_qwen25vl_temporal_positions_are_seconds(fps):
     _, _, reference = full_prompt(adapter, frames, fps)
     assert torch.equal(ours, reference)
     v = session.video
-    temporal = ours[0, v.prefix_len:v.prefix_len + v.vision_tokens].unique() - v.video_start
+    temporal = ours[0, v.prefix_len : v.prefix_len + v.vision_tokens].unique() - v.video_start
     tokens_per_second = adapter.vision_config.tokens_per_second
     assert temporal.tolist() == [int(t * 2 / fps * tokens_per_second) for t in range(4)]
 
@@ -109,8 +121,9 @@ def test_hf_rope_index_agrees_on_vision_tokens(family, video):
     adapter = tiny_adapter(family)
     ids, inputs, ours = full_prompt(adapter, video, fps=2.0)
     kwargs = {"second_per_grid_ts": torch.tensor([2 / 2.0])} if adapter.family == "qwen25vl" else {}
-    theirs, _ = adapter.model.model.get_rope_index(torch.tensor([ids]), inputs["mm_token_type_ids"],
-                                                   video_grid_thw=inputs["video_grid_thw"], **kwargs)
+    theirs, _ = adapter.model.model.get_rope_index(
+        torch.tensor([ids]), inputs["mm_token_type_ids"], video_grid_thw=inputs["video_grid_thw"], **kwargs
+    )
     is_video = torch.tensor(ids) == adapter.model.config.video_token_id
     assert torch.equal(theirs[:, 0, is_video], ours[:, is_video])
 
@@ -156,8 +169,9 @@ def test_preprocessing_matches_the_hf_processor(adapter):
             theirs = out["pixel_values_videos"]
         else:
             side = adapter.vision_config.image_size
-            processor = LlavaOnevisionVideoProcessor(size={"height": side, "width": side}, image_mean=[0.5] * 3,
-                                                     image_std=[0.5] * 3)
+            processor = LlavaOnevisionVideoProcessor(
+                size={"height": side, "width": side}, image_mean=[0.5] * 3, image_std=[0.5] * 3
+            )
             ours = adapter.preprocess(frames)
             theirs = processor(videos=[frames], return_tensors="pt")["pixel_values_videos"][0]
         assert ours.shape == theirs.shape
@@ -191,8 +205,12 @@ def test_a_prefill_without_logits_leaves_the_same_cache_and_answers(adapter, vid
     assert False in asked  # the session skips them for every prefill
     a, b = with_logits.ask(PROMPT, max_new_tokens=4), without.ask(PROMPT, max_new_tokens=4)
     assert a.tokens == b.tokens and torch.equal(a.first_logprobs, b.first_logprobs)
-    assert all(torch.equal(x.read()[0], y.read()[0])
-               for x, y in zip(with_logits.video.cache.stores, without.video.cache.stores))
+    assert all(
+        torch.equal(x.read()[0], y.read()[0])
+        for x, y in zip(with_logits.video.cache.stores, without.video.cache.stores)
+    )
     with without.video.cache.transient():
-        assert adapter.forward(adapter.embed_text([1, 2]), adapter.text_positions(0, 2), without.video.cache,
-                               logits=False) is None
+        assert (
+            adapter.forward(adapter.embed_text([1, 2]), adapter.text_positions(0, 2), without.video.cache, logits=False)
+            is None
+        )

@@ -14,8 +14,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_cli(sweep_dir: Path, out: Path, *extra: str, experiment: str = "int4_vs_fp16") -> int:
-    return main([experiment, "--runs", str(sweep_dir), "--out", str(out), "--experiments-dir", str(REPO / "experiments"),
-                 *extra])
+    return main(
+        [
+            experiment,
+            "--runs",
+            str(sweep_dir),
+            "--out",
+            str(out),
+            "--experiments-dir",
+            str(REPO / "experiments"),
+            *extra,
+        ]
+    )
 
 
 def test_cli_writes_tables_statistics_and_figures(sweep_dir: Path, tmp_path: Path):
@@ -32,8 +42,13 @@ def test_cli_writes_tables_statistics_and_figures(sweep_dir: Path, tmp_path: Pat
     assert 0 < int4_avg.p_value <= 1 and int4_avg.baseline == "fp16"
     assert json.loads((tmp_path / "mlvu_tasks.json").read_text())[0]["table"] == "mlvu_tasks"
     tidy = pd.read_csv(tmp_path / "runs.csv")
-    used = ("tar_van_pool_fp16_6000_videomme", "tar_van_pool_int4_6000_videomme", "tar_van_pool_fp16_6000_mlvu",
-            "tar_van_pool_int4_6000_mlvu", "full_fp16_mlvu")
+    used = (
+        "tar_van_pool_fp16_6000_videomme",
+        "tar_van_pool_int4_6000_videomme",
+        "tar_van_pool_fp16_6000_mlvu",
+        "tar_van_pool_int4_6000_mlvu",
+        "full_fp16_mlvu",
+    )
     assert set(tidy.run) == {f"int4_vs_fp16/{d}" for d in used}
     for stem in ("memory_trace_videomme", "memory_trace_mlvu"):
         for ext in ("png", "pdf"):
@@ -49,12 +64,15 @@ def test_cli_statistics_only_in_files_without_stats_flag(sweep_dir: Path, tmp_pa
     assert set(cells.baseline) == {"int4"} and cells[cells.row == "fp16"]["diff"].notna().all()
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--baseline", "bf16"], "--baseline 'bf16' matches no run row"),
-    (["--format", "html"], "unknown format(s) ['html']"),
-    (["--runs", "/nonexistent"], "runs folder /nonexistent does not exist"),
-    (["--experiments-dir", "/nonexistent"], "no experiment file /nonexistent/int4_vs_fp16.yaml"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--baseline", "bf16"], "--baseline 'bf16' matches no run row"),
+        (["--format", "html"], "unknown format(s) ['html']"),
+        (["--runs", "/nonexistent"], "runs folder /nonexistent does not exist"),
+        (["--experiments-dir", "/nonexistent"], "no experiment file /nonexistent/int4_vs_fp16.yaml"),
+    ],
+)
 def test_cli_bad_arguments_exit_2_with_one_line(args, message, sweep_dir: Path, tmp_path: Path, capsys):
     assert run_cli(sweep_dir, tmp_path, *args) == 2
     err = capsys.readouterr().err

@@ -26,8 +26,9 @@ def test_notebook_executes(sweep_dir: Path, tmp_path: Path, monkeypatch):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
     # jupyter_client starts the kernelspec's "python" as sys.executable: the venv running the tests
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client = NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    )
     client.execute()
     text = "".join(str(o.get("data", {}).get("text/markdown", "")) for c in nb.cells for o in c.get("outputs", []))
     assert "**74.6** (n=500)" in text and "**Paired difference vs fp16**" in text

@@ -9,8 +9,8 @@ import pytest
 
 from infinipotv.data.scoring import is_correct
 from infinipotv.results import bootstrap_ci, mcnemar_exact, paired_differences
-from infinipotv.results.stats import score_ci
 from infinipotv.results.scoring import score_weights
+from infinipotv.results.stats import score_ci
 
 
 @pytest.mark.parametrize(("better", "worse"), [(2, 8), (8, 2), (0, 5), (3, 3), (1, 9), (0, 0)])

@@ -17,19 +17,42 @@ REPO = Path(__file__).resolve().parents[2]
 
 # (value, bold) per column, as printed in the seed study (shared/seeds/004), bold = best among the 6K methods.
 TABLE1 = {
-    "InfiniPot-V reproduced (TaR+VaN+Pool)": [("74.6", 1), ("61.4", 0), ("52.4", 0), ("62.8", 0),
-                                              ("78.9", 1), ("71.5", 0), ("44.0", 0), ("65.8", 0)],
-    "Ours (TaR+VaN+Pool + INT4 KIVI)": [("74.2", 0), ("62.0", 1), ("54.2", 1), ("63.5", 1),
-                                        ("77.6", 0), ("72.7", 1), ("44.8", 1), ("66.1", 1)],
+    "InfiniPot-V reproduced (TaR+VaN+Pool)": [
+        ("74.6", 1),
+        ("61.4", 0),
+        ("52.4", 0),
+        ("62.8", 0),
+        ("78.9", 1),
+        ("71.5", 0),
+        ("44.0", 0),
+        ("65.8", 0),
+    ],
+    "Ours (TaR+VaN+Pool + INT4 KIVI)": [
+        ("74.2", 0),
+        ("62.0", 1),
+        ("54.2", 1),
+        ("63.5", 1),
+        ("77.6", 0),
+        ("72.7", 1),
+        ("44.8", 1),
+        ("66.1", 1),
+    ],
     "Full KV (ours)": [("–", 0)] * 4 + [("76.1", 0), ("74.8", 0), ("43.1", 0), ("66.1", 0)],
     "Full KV (InfiniPot-V paper)†": [(v, 0) for v in ("74.7", "62.1", "55.0", "63.9", "76.3", "73.9", "43.3", "65.9")],
     "InfiniPot-V (paper)†": [(v, 0) for v in ("74.1", "60.8", "53.4", "62.8", "77.2", "72.3", "44.8", "65.8")],
 }
 TABLE2 = {  # Ego ties at 63.9: both bold
-    "FP16": [("87.8", 1), ("70.0", 1), ("72.7", 0), ("78.0", 0), ("63.9", 1), ("52.9", 0), ("35.0", 1),
-             ("65.8", 0)],
-    "INT4 KIVI": [("86.7", 0), ("68.5", 0), ("74.2", 1), ("80.0", 1), ("63.9", 1), ("55.6", 1), ("34.0", 0),
-                  ("66.1", 1)],
+    "FP16": [("87.8", 1), ("70.0", 1), ("72.7", 0), ("78.0", 0), ("63.9", 1), ("52.9", 0), ("35.0", 1), ("65.8", 0)],
+    "INT4 KIVI": [
+        ("86.7", 0),
+        ("68.5", 0),
+        ("74.2", 1),
+        ("80.0", 1),
+        ("63.9", 1),
+        ("55.6", 1),
+        ("34.0", 0),
+        ("66.1", 1),
+    ],
 }
 EXPECTED = {"main": TABLE1, "mlvu_tasks": TABLE2}
 
@@ -54,8 +77,10 @@ def parse_latex(cell: str) -> tuple[str, int]:
     return (match.group(1), 1) if match else ("–" if cell == "--" else cell, 0)
 
 
-FORMATS = {"md": (to_markdown, markdown_rows, parse_markdown, lambda s: s),
-           "tex": (to_latex, latex_rows, parse_latex, lambda s: s.replace("†", r"$^\dagger$"))}
+FORMATS = {
+    "md": (to_markdown, markdown_rows, parse_markdown, lambda s: s),
+    "tex": (to_latex, latex_rows, parse_latex, lambda s: s.replace("†", r"$^\dagger$")),
+}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -66,7 +91,7 @@ def test_seed_tables_reproduced_with_bold(name, fmt, runs, published, int4_spec)
     rows = rows_of(render(build_table(spec, runs, published, "int4_vs_fp16")))
     for stub, expected in EXPECTED[name].items():
         cells = rows[label(stub)]
-        assert [parse(c) for c in cells[-len(expected):]] == expected, stub
+        assert [parse(c) for c in cells[-len(expected) :]] == expected, stub
 
 
 def test_table_marks_published_missing_and_n(runs, published, int4_spec):
@@ -118,8 +143,13 @@ def test_latex_compiles(runs, published, int4_spec, tmp_path: Path):
     body = "".join(to_latex(t, show_n=True, show_stats=True) for t in tables)
     document = "\\documentclass{article}\\usepackage{booktabs}\\begin{document}" + body + "\\end{document}"
     (tmp_path / "t.tex").write_text(document)
-    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-2000:]
 
 
@@ -160,20 +190,26 @@ def test_paired_column_shows_count_and_difference_with_ci(runs, published, int4_
     assert "Δ = the row minus" in text
 
 
-GOOD = {"name": "t", "columns": [{"benchmark": "mlvu", "score": "avg"}],
-        "rows": [{"stub": ["A"], "match": {"kv": "fp16"}}]}
+GOOD = {
+    "name": "t",
+    "columns": [{"benchmark": "mlvu", "score": "avg"}],
+    "rows": [{"stub": ["A"], "match": {"kv": "fp16"}}],
+}
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"columns": None}, "`columns` is required"),
-    ({"colour": "red"}, "unknown key(s) ['colour']"),
-    ({"rows": [{"stub": ["A"], "match": {}, "published": {}}]}, "exactly one of `match`"),
-    ({"rows": [{"stub": ["A", "B"], "match": {"kv": "fp16"}}]}, "stub has 2 cells"),
-    ({"columns": [{"benchmark": "mlvu", "score": "avg", "better": "more"}]}, "better must be"),
-    ({"rows": [{"stub": ["A"], "match": {}}, {"stub": ["A"], "match": {}}]}, "row ids must be unique"),
-    ({"rows": [{"stub": ["A"], "published": {"source": "nowhere"}}]}, "no published row matches"),
-    ({"rows": {"by": ["policy"], "stub": ["{colour}"]}}, "template field {colour} is unknown"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"columns": None}, "`columns` is required"),
+        ({"colour": "red"}, "unknown key(s) ['colour']"),
+        ({"rows": [{"stub": ["A"], "match": {}, "published": {}}]}, "exactly one of `match`"),
+        ({"rows": [{"stub": ["A", "B"], "match": {"kv": "fp16"}}]}, "stub has 2 cells"),
+        ({"columns": [{"benchmark": "mlvu", "score": "avg", "better": "more"}]}, "better must be"),
+        ({"rows": [{"stub": ["A"], "match": {}}, {"stub": ["A"], "match": {}}]}, "row ids must be unique"),
+        ({"rows": [{"stub": ["A"], "published": {"source": "nowhere"}}]}, "no published row matches"),
+        ({"rows": {"by": ["policy"], "stub": ["{colour}"]}}, "template field {colour} is unknown"),
+    ],
+)
 def test_bad_specs_fail_with_a_message(change, message, runs, published):
     with pytest.raises(SpecError, match=re.escape(message)):
         build_table(parse_table({**GOOD, **change}), runs, published)

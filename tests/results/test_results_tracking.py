@@ -28,8 +28,8 @@ def read_offline_run(path: Path) -> dict[str, Any]:
         if 32768 - pos % 32768 < 7:  # block trailer padding
             pos += 32768 - pos % 32768
             continue
-        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
-        piece, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        piece, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         chunk = piece if kind in (1, 2) else chunk + piece  # FULL/FIRST start a record, MIDDLE/LAST continue it
         if kind not in (1, 4):
             continue
@@ -37,8 +37,12 @@ def read_offline_run(path: Path) -> dict[str, Any]:
         record.ParseFromString(chunk)
         which = record.WhichOneof("record_type")
         out["exit"] |= which == "exit"
-        items = {"run": lambda: record.run.config.update, "config": lambda: record.config.update,
-                 "summary": lambda: record.summary.update, "history": lambda: record.history.item}.get(which)
+        items = {
+            "run": lambda: record.run.config.update,
+            "config": lambda: record.config.update,
+            "summary": lambda: record.summary.update,
+            "history": lambda: record.history.item,
+        }.get(which)
         for item in items() if items else ():
             key, value = item.key or "/".join(item.nested_key), json.loads(item.value_json)
             if which == "history":

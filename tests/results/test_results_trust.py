@@ -21,10 +21,23 @@ FP16_VIDEOMME = "int4_vs_fp16/tar_van_pool_fp16_6000_videomme"
 FP16_MLVU = "int4_vs_fp16/tar_van_pool_fp16_6000_mlvu"
 
 
-def run_cli(runs: Path, out: Path, *extra: str, experiment: str = "int4_vs_fp16",
-            experiments: Path = REPO / "experiments") -> int:
-    return main([experiment, "--runs", str(runs), "--out", str(out), "--experiments-dir", str(experiments),
-                 "--n-boot", "200", *extra])
+def run_cli(
+    runs: Path, out: Path, *extra: str, experiment: str = "int4_vs_fp16", experiments: Path = REPO / "experiments"
+) -> int:
+    return main(
+        [
+            experiment,
+            "--runs",
+            str(runs),
+            "--out",
+            str(out),
+            "--experiments-dir",
+            str(experiments),
+            "--n-boot",
+            "200",
+            *extra,
+        ]
+    )
 
 
 def one_error_line(capsys) -> str:
@@ -40,8 +53,13 @@ def sweep(tmp_path: Path) -> Path:
     return root
 
 
-def other_model_run(sweep: Path, source: str = FP16_VIDEOMME, checkpoint: str = "Qwen/Qwen2.5-VL-7B-Instruct",
-                    tiny: bool = False, **benchmark: object) -> Path:
+def other_model_run(
+    sweep: Path,
+    source: str = FP16_VIDEOMME,
+    checkpoint: str = "Qwen/Qwen2.5-VL-7B-Instruct",
+    tiny: bool = False,
+    **benchmark: object,
+) -> Path:
     """A copy of one run of the example sweep, as another model (or benchmark selection) would have written it."""
     dest = sweep / "extra" / Path(source).name
     shutil.copytree(sweep / source, dest)
@@ -57,8 +75,10 @@ def test_a_table_without_a_model_column_refuses_runs_of_two_models(sweep, tmp_pa
     other_model_run(sweep)
     assert run_cli(sweep, tmp_path / "out") == 2
     line = one_error_line(capsys)
-    assert ("table 'main' would mix 2 models: Qwen2-VL-7B-Instruct (5 runs), Qwen2.5-VL-7B-Instruct (1 run)"
-            in line and "--model NAME" in line), line
+    assert (
+        "table 'main' would mix 2 models: Qwen2-VL-7B-Instruct (5 runs), Qwen2.5-VL-7B-Instruct (1 run)" in line
+        and "--model NAME" in line
+    ), line
     assert not (tmp_path / "out").exists()  # nothing written
 
 
@@ -75,10 +95,19 @@ def test_model_picks_one_model_and_the_caption_names_it(sweep, tmp_path):
 def test_a_table_keyed_by_model_shows_both_models_and_names_tiny_ones(sweep, tmp_path):
     other_model_run(sweep, checkpoint="Qwen/Qwen2.5-VL-3B-Instruct", tiny=True)
     experiment = tmp_path / "by_model.yaml"
-    experiment.write_text(OmegaConf.to_yaml({"experiment": "int4_vs_fp16", "table": {
-        "name": "by_model", "stub": ["Model", "KV"],
-        "columns": [{"benchmark": "videomme", "score": "Avg", "label": "Avg"}],
-        "rows": {"by": ["model", "kv"], "stub": ["{model}", "{kv}"]}}}))
+    experiment.write_text(
+        OmegaConf.to_yaml(
+            {
+                "experiment": "int4_vs_fp16",
+                "table": {
+                    "name": "by_model",
+                    "stub": ["Model", "KV"],
+                    "columns": [{"benchmark": "videomme", "score": "Avg", "label": "Avg"}],
+                    "rows": {"by": ["model", "kv"], "stub": ["{model}", "{kv}"]},
+                },
+            }
+        )
+    )
     assert run_cli(sweep, tmp_path / "out", experiment=str(experiment)) == 0
     md = (tmp_path / "out" / "by_model.md").read_text()
     assert "| Qwen2.5-VL-3B-Instruct-tiny | fp16 |" in md and "| Qwen2-VL-7B-Instruct | int4 |" in md
@@ -91,8 +120,10 @@ def test_a_paired_statistic_needs_both_runs_asked_the_same_questions(sweep, tmp_
     shutil.rmtree(sweep / FP16_VIDEOMME)  # the limited copy is now the fp16 row's only videomme run
     assert run_cli(sweep, tmp_path / "out") == 0
     err = capsys.readouterr().err
-    assert (f"row int4 / videomme: no paired statistics: int4_vs_fp16/tar_van_pool_int4_6000_videomme and the "
-            f"baseline's extra/{limited.name} were asked different questions (limit None vs 100") in err, err
+    assert (
+        f"row int4 / videomme: no paired statistics: int4_vs_fp16/tar_van_pool_int4_6000_videomme and the "
+        f"baseline's extra/{limited.name} were asked different questions (limit None vs 100"
+    ) in err, err
     cells = pd.read_csv(tmp_path / "out" / "main.csv")
     int4 = cells[(cells.row == "int4")]
     assert int4[int4.benchmark == "videomme"]["diff"].isna().all()
@@ -105,7 +136,10 @@ def test_no_matching_run_is_an_error_and_leaves_committed_outputs_untouched(swee
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert run_cli(sweep, out, experiment="cpu_symbolic") == 2
     line = one_error_line(capsys)
-    assert f"no run under {sweep} matches experiment cpu_symbolic (8 runs there (experiments: budget_sweep, int4_vs_fp16" in line
+    assert (
+        f"no run under {sweep} matches experiment cpu_symbolic (8 runs there (experiments: budget_sweep, int4_vs_fp16"
+        in line
+    )
     assert "python run.py -m +experiment=cpu_symbolic" in line
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
@@ -168,15 +202,19 @@ def test_load_runs_warns_once_per_corrupt_file(sweep):
 def test_rescore_skips_corrupt_lines_by_number_and_refuses_an_empty_or_missing_run(sweep, capsys):
     run_dir = sweep / FP16_MLVU
     options = {"A": "one", "B": "two", "C": "three", "D": "four"}  # what the job records beside each answer
-    good = [json.dumps({**json.loads(line), "options": options}).encode() + b"\n"
-            for line in (run_dir / "predictions.jsonl").read_bytes().splitlines()[:50]]
+    good = [
+        json.dumps({**json.loads(line), "options": options}).encode() + b"\n"
+        for line in (run_dir / "predictions.jsonl").read_bytes().splitlines()[:50]
+    ]
     (run_dir / "predictions.jsonl").write_bytes(b"".join([good[0], b'"text"\n', b"\xc3\x28\n", b"{}\n", *good[1:]]))
     assert rescore_main([str(run_dir)]) == 0
     captured = capsys.readouterr()
     path = run_dir / "predictions.jsonl"
-    assert captured.err.splitlines() == [f"warning: {path} line 2: a JSON str, not a prediction object; line skipped",
-                                         f"warning: {path} line 3: not UTF-8 text; line skipped",
-                                         f"warning: {path} line 4: no question_id; line skipped"]
+    assert captured.err.splitlines() == [
+        f"warning: {path} line 2: a JSON str, not a prediction object; line skipped",
+        f"warning: {path} line 3: not UTF-8 text; line skipped",
+        f"warning: {path} line 4: no question_id; line skipped",
+    ]
     assert "3 unreadable lines skipped" in captured.out and f"of {len(good)} answers" in captured.out
 
     path.write_bytes(b"\xff\n[]\n")

@@ -45,8 +45,11 @@ def slurm_cluster() -> None:
     if problem is None:
         return
     if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true but no usable Slurm cluster: {problem}. .ci/run must start one with "
-                    f"slurm/start_slurm.sh before the tests", pytrace=False)
+        pytest.fail(
+            f"CI=true but no usable Slurm cluster: {problem}. .ci/run must start one with "
+            f"slurm/start_slurm.sh before the tests",
+            pytrace=False,
+        )
     pytest.skip(f"no usable Slurm cluster: {problem}. Start one with `sudo slurm/start_slurm.sh` (see slurm/README.md)")
 
 

@@ -25,18 +25,30 @@ def sweep_args(sweep_dir: Path | str, overrides: tuple[str, ...], cluster: str) 
     return [sys.executable, "run.py", "-m", cluster, f"hydra.sweep.dir={sweep_dir}", *overrides]
 
 
-def sweep(sweep_dir: Path | str, *overrides: str, data: Path, cluster: str = "+cluster=ci",
-          timeout: float = 240) -> subprocess.CompletedProcess:
+def sweep(
+    sweep_dir: Path | str, *overrides: str, data: Path, cluster: str = "+cluster=ci", timeout: float = 240
+) -> subprocess.CompletedProcess:
     """``python run.py -m +cluster=ci hydra.sweep.dir=DIR OVERRIDES`` from the repository root, to the end."""
-    return subprocess.run(sweep_args(sweep_dir, overrides, cluster), cwd=ROOT, env=env_for(data), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        sweep_args(sweep_dir, overrides, cluster),
+        cwd=ROOT,
+        env=env_for(data),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start_sweep(sweep_dir: Path | str, *overrides: str, data: Path, log: Path) -> subprocess.Popen:
     """The same sweep in the background (the login-node process that waits on the jobs); output to ``log``."""
     with log.open("w") as out:
-        return subprocess.Popen(sweep_args(sweep_dir, overrides, "+cluster=ci"), cwd=ROOT, env=env_for(data),
-                                stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            sweep_args(sweep_dir, overrides, "+cluster=ci"),
+            cwd=ROOT,
+            env=env_for(data),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def wait_for(probe: Callable[[], T], timeout: float, what: str, every: float = 0.1) -> T:
@@ -65,8 +77,13 @@ def slurm_job_ids(sweep_dir: Path) -> list[str]:
 
 def sacct_states(job_id: str) -> list[str]:
     """Every accounting record of a job, oldest first (``-D``: a requeued job keeps its earlier runs)."""
-    out = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State"], capture_output=True,
-                         text=True, check=True, timeout=30)
+    out = subprocess.run(
+        ["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
     return [s.strip() for s in out.stdout.splitlines() if s.strip()]
 
 

@@ -29,10 +29,13 @@ def broken(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("launcher", "failing"), [
-    pytest.param("+cluster=ci", BROKEN_FILE, marks=SLURM),
-    pytest.param("+cluster=ci", EXITS_2, marks=SLURM),
-])
+@pytest.mark.parametrize(
+    ("launcher", "failing"),
+    [
+        pytest.param("+cluster=ci", BROKEN_FILE, marks=SLURM),
+        pytest.param("+cluster=ci", EXITS_2, marks=SLURM),
+    ],
+)
 def test_a_failed_job_fails_visibly_and_the_others_still_report(request, tmp_path, broken, launcher, failing):
     overrides, cause, exit_code = failing
     on_slurm = launcher.startswith("+cluster")

@@ -15,8 +15,19 @@ import pytest
 from omegaconf import OmegaConf
 
 from infinipotv.results import load_runs
-from tests.slurm.sweeps import (by_question, comparable, metrics, predictions, run_dirs, sacct_states, slurm,
-                                slurm_job_ids, start_sweep, sweep, wait_for)
+from tests.slurm.sweeps import (
+    by_question,
+    comparable,
+    metrics,
+    predictions,
+    run_dirs,
+    sacct_states,
+    slurm,
+    slurm_job_ids,
+    start_sweep,
+    sweep,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -75,14 +86,16 @@ def test_three_shards_merge_into_the_unsharded_run(sharded, big_data):
     assert merged[0].scores == whole[0].scores
 
 
-def test_preempted_then_cancelled_job_finishes_on_resubmission_answering_each_question_once(tmp_path, big_data,
-                                                                                            sharded):
+def test_preempted_then_cancelled_job_finishes_on_resubmission_answering_each_question_once(
+    tmp_path, big_data, sharded
+):
     total = big_data.n_questions
     sweeps = tmp_path / "sweeps"
     # A ${now:} sweep dir: submitit's requeue must land in it again (it pickles the resolved config); a resubmission
     # names it explicitly, as a researcher resuming that sweep would.
-    launcher = start_sweep(sweeps / "${now:%H-%M-%S-%f}", *big_data.overrides, data=big_data.data,
-                           log=tmp_path / "launcher.log")
+    launcher = start_sweep(
+        sweeps / "${now:%H-%M-%S-%f}", *big_data.overrides, data=big_data.data, log=tmp_path / "launcher.log"
+    )
     job = None
     try:
         found = wait_for(lambda: list(sweeps.glob("*/*/predictions.jsonl")), 150, "the job's first answers", every=0.3)
@@ -111,9 +124,8 @@ def test_preempted_then_cancelled_job_finishes_on_resubmission_answering_each_qu
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert run_dirs(sweeps) == [run_dir], "requeue and resubmission must land in the one run directory"
     got = predictions(run_dir)
-    assert got[:len(at_cancel)] == at_cancel, "answers given before the cancel were rewritten"
+    assert got[: len(at_cancel)] == at_cancel, "answers given before the cancel were rewritten"
     assert _check_complete_run(run_dir) == total
     reference = sharded.whole  # the same benchmark, run without interruption
     assert by_question(got) == by_question(predictions(reference))
     assert comparable(metrics(run_dir)) == comparable(metrics(reference))
-

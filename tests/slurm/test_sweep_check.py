@@ -27,8 +27,9 @@ def _check(sweep_dir: Path, jobs: list[list[str]], *hydra_overrides: str):
     """check_sweep as the launcher calls it: Hydra's config loader and the master config of ``run.py -m``."""
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        master = compose("config", overrides=[f"hydra.sweep.dir={sweep_dir}", *hydra_overrides],
-                         return_hydra_config=True)
+        master = compose(
+            "config", overrides=[f"hydra.sweep.dir={sweep_dir}", *hydra_overrides], return_hydra_config=True
+        )
         return check_sweep(GlobalHydra.instance().config_loader(), master, jobs)
 
 
@@ -107,12 +108,22 @@ def test_a_sweep_with_one_invalid_combination_submits_nothing(request, tmp_path,
     if on_slurm:
         request.getfixturevalue("slurm_cluster")
     name = f"reject_{uuid.uuid4().hex[:8]}"
-    out = sweep(tmp_path, "compress=full,tar_van_pool", "compress.budget=null", "eval.chunk_frames=4,8",
-                f"hydra.launcher.name={name}", data=tmp_path, cluster=launcher, timeout=120)
+    out = sweep(
+        tmp_path,
+        "compress=full,tar_van_pool",
+        "compress.budget=null",
+        "eval.chunk_frames=4,8",
+        f"hydra.launcher.name={name}",
+        data=tmp_path,
+        cluster=launcher,
+        timeout=120,
+    )
     assert out.returncode != 0
     assert "sweep rejected, nothing submitted: 2 of 4 jobs cannot run" in out.stderr, out.stderr[-3000:]
-    assert ("compress=tar_van_pool compress.budget=null eval.chunk_frames=4: compress=tar_van_pool evicts tokens and "
-            "needs a budget") in out.stderr
+    assert (
+        "compress=tar_van_pool compress.budget=null eval.chunk_frames=4: compress=tar_van_pool evicts tokens and "
+        "needs a budget"
+    ) in out.stderr
     assert "Traceback" not in out.stderr
     assert not run_dirs(tmp_path) and not slurm_job_ids(tmp_path)
     if on_slurm:
@@ -128,8 +139,10 @@ def test_a_sweep_without_its_data_is_refused_naming_the_variable_and_keys_to_set
     message = str(err.value)
     assert "2 of 2 jobs cannot run" in message, message
     assert f"video root {tmp_path / 'data' / benchmark} and annotation file {tmp_path / 'data' / benchmark}/" in message
-    assert (f"set INFINIPOTV_DATA to the folder that holds {benchmark}/ (now {tmp_path / 'data'}), or "
-            f"benchmark.root=DIR and benchmark.annotations=FILE") in message
+    assert (
+        f"set INFINIPOTV_DATA to the folder that holds {benchmark}/ (now {tmp_path / 'data'}), or "
+        f"benchmark.root=DIR and benchmark.annotations=FILE"
+    ) in message
 
 
 def test_a_sweep_whose_data_exists_passes_and_a_missing_annotation_file_alone_is_named(tmp_path, monkeypatch):
@@ -140,8 +153,11 @@ def test_a_sweep_whose_data_exists_passes_and_a_missing_annotation_file_alone_is
     (root / MLVU.default_annotations).write_bytes(b"")  # existence is what the check can see without reading it
     monkeypatch.setenv("INFINIPOTV_DATA", str(tmp_path / "data"))
     assert _check(tmp_path, [["benchmark=mlvu"]])[0].problem is None
-    with pytest.raises(Rejected, match=r"#0 benchmark=mlvu benchmark.annotations=.*: annotation file .*elsewhere.json "
-                                       r"not found"):
+    with pytest.raises(
+        Rejected,
+        match=r"#0 benchmark=mlvu benchmark.annotations=.*: annotation file .*elsewhere.json "
+        r"not found",
+    ):
         _check(tmp_path, [["benchmark=mlvu", f"benchmark.annotations={tmp_path / 'elsewhere.json'}"]])
 
 
@@ -158,8 +174,11 @@ def test_the_array_is_named_after_its_experiment_and_what_its_jobs_vary(tmp_path
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         master = compose("config", overrides=[f"hydra.sweep.dir={tmp_path}"], return_hydra_config=True)
-        jobs = check_sweep(GlobalHydra.instance().config_loader(), master,
-                           [["compress=full", "quant=fp16"], ["compress=full", "quant=int8"]])
+        jobs = check_sweep(
+            GlobalHydra.instance().config_loader(),
+            master,
+            [["compress=full", "quant=fp16"], ["compress=full", "quant=int8"]],
+        )
         assert job_name(master, jobs) == "quant=fp16,int8"
         assert job_name(master, jobs[:1]) == "compress=full quant=fp16"
         assert job_name(master, [PlannedJob(0, ["+cluster=ci", "seed=1"], None)]) == "seed=1"  # as run dirs

@@ -13,10 +13,20 @@ from infinipotv.stream.session import StreamingSession
 from tests.stream.test_compress_session import video
 
 
-@pytest.mark.parametrize(("text", "decided"), [
-    (" 89", False), (" 89 ", True), (" Alice.", True), (" 7:", True), (" (B", False), (" (B)", True), ("  ", False),
-    (" visitor's", False), (" visitor's ", True),
-])
+@pytest.mark.parametrize(
+    ("text", "decided"),
+    [
+        (" 89", False),
+        (" 89 ", True),
+        (" Alice.", True),
+        (" 7:", True),
+        (" (B", False),
+        (" (B)", True),
+        ("  ", False),
+        (" visitor's", False),
+        (" visitor's ", True),
+    ],
+)
 def test_the_first_word_is_decided_once_it_has_ended(text, decided):
     assert bool(re.search(FIRST_WORD, text)) is decided
 

@@ -11,8 +11,11 @@ from infinipotv.kv import FullPrecisionStore, KiviStore
 from infinipotv.stream.session import StreamingSession
 
 BUDGET, C_RATIO, CHUNK = 48, 0.75, 2  # 6 tokens per model frame (56 x 84), chunks of 1 model frame
-VARIANTS = [(name, {}) for name in POLICIES] + [("tar_van_pool", {"pooling": p}) for p in POOLINGS] + [
-    ("tar_van_pool", {"frame_view": "grid_aware"}), ("tar", {"frame_view": "grid_aware"})]
+VARIANTS = (
+    [(name, {}) for name in POLICIES]
+    + [("tar_van_pool", {"pooling": p}) for p in POOLINGS]
+    + [("tar_van_pool", {"frame_view": "grid_aware"}), ("tar", {"frame_view": "grid_aware"})]
+)
 
 
 def video(n: int = 40, seed: int = 0) -> np.ndarray:
@@ -28,7 +31,7 @@ def stream(adapter, policy, budget, frames, questions=(), make_store=lambda: Ful
     session.start("v")
     answers = []
     for i in range(0, len(frames), CHUNK):
-        session.feed(frames[i:i + CHUNK], fps=2.0)
+        session.feed(frames[i : i + CHUNK], fps=2.0)
         if questions and i == len(frames) // 2:
             answers += [session.ask(q, max_new_tokens=2).tokens for q in questions]
     session.finish()
@@ -57,15 +60,20 @@ def test_policy_keeps_the_video_under_the_cap(tiny_qwen2vl, name, params):
     assert ids.shape[1] == session.video.cache.committed_length()
 
 
-@pytest.mark.parametrize("make_store", [lambda: FullPrecisionStore(torch.float32),
-                                        lambda: KiviStore(4, 32, 8, torch.float32)], ids=["fp32", "int4"])
+@pytest.mark.parametrize(
+    "make_store",
+    [lambda: FullPrecisionStore(torch.float32), lambda: KiviStore(4, 32, 8, torch.float32)],
+    ids=["fp32", "int4"],
+)
 def test_memory_is_query_agnostic(tiny_qwen2vl, make_store):
     policy = build("tar_van_pool")
     plain, _ = stream(tiny_qwen2vl, policy, BUDGET, video(), make_store=make_store)
-    asked, _ = stream(tiny_qwen2vl, policy, BUDGET, video(), questions=("What is shown?", "Count the scenes."),
-                      make_store=make_store)
-    reordered, _ = stream(tiny_qwen2vl, policy, BUDGET, video(), questions=("Count the scenes.", "What is shown?"),
-                          make_store=make_store)
+    asked, _ = stream(
+        tiny_qwen2vl, policy, BUDGET, video(), questions=("What is shown?", "Count the scenes."), make_store=make_store
+    )
+    reordered, _ = stream(
+        tiny_qwen2vl, policy, BUDGET, video(), questions=("Count the scenes.", "What is shown?"), make_store=make_store
+    )
     for a, b, c in zip(plain.video.cache.stores, asked.video.cache.stores, reordered.video.cache.stores):
         for x, y, z in zip(a.read(), b.read(), c.read()):
             assert torch.equal(x, y) and torch.equal(x, z)
@@ -95,8 +103,11 @@ class CopiedOnRead(FullPrecisionStore):
     read_is_view = False
 
 
-@pytest.mark.parametrize("make_store", [lambda: CopiedOnRead(torch.float32),
-                                        lambda: KiviStore(4, 32, 8, torch.float16)], ids=["fp32", "int4-fp16"])
+@pytest.mark.parametrize(
+    "make_store",
+    [lambda: CopiedOnRead(torch.float32), lambda: KiviStore(4, 32, 8, torch.float16)],
+    ids=["fp32", "int4-fp16"],
+)
 def test_the_pass_made_during_the_forward_leaves_what_a_pass_after_it_would(tiny_qwen2vl, make_store):
     """Over a store whose read is not free the session compresses each layer as soon as the chunk's forward is done
     with it; the spec's order is one pass over every layer after the prefill (``_pass``, what full-precision stores
@@ -107,8 +118,8 @@ def test_the_pass_made_during_the_forward_leaves_what_a_pass_after_it_would(tiny
     for session in (during, after):
         session.start("v")
     for i in range(0, len(frames), CHUNK):
-        during.feed(frames[i:i + CHUNK], fps=2.0)
-        after.feed(frames[i:i + CHUNK], fps=2.0)
+        during.feed(frames[i : i + CHUNK], fps=2.0)
+        after.feed(frames[i : i + CHUNK], fps=2.0)
         if after.video.video_tokens >= BUDGET:
             after._pass(n_keep)
         for a, b in zip(during.video.cache.stores, after.video.cache.stores):

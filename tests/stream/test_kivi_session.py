@@ -18,10 +18,19 @@ def test_cache_bytes_stay_under_the_byte_budget(tmp_path, quant):
     thinned groups' cost in this short stream."""
     run = tmp_path / quant
     out = run_py(
-        "model=tiny_qwen2vl", "model.max_frames=400", "compress=tar_van_pool", "compress.budget=null",
-        "compress.budget_mib=0.06", f"quant={quant}", "quant.residual_length=16", "benchmark=symbolic",
-        f"benchmark.root={tmp_path / 'data'}", "benchmark.options.n_videos=2", "benchmark.options.frames=400",
-        "eval.chunk_frames=2", f"run_dir={run}",
+        "model=tiny_qwen2vl",
+        "model.max_frames=400",
+        "compress=tar_van_pool",
+        "compress.budget=null",
+        "compress.budget_mib=0.06",
+        f"quant={quant}",
+        "quant.residual_length=16",
+        "benchmark=symbolic",
+        f"benchmark.root={tmp_path / 'data'}",
+        "benchmark.options.n_videos=2",
+        "benchmark.options.frames=400",
+        "eval.chunk_frames=2",
+        f"run_dir={run}",
     )
     assert out.returncode == 0, out.stderr
     metrics = json.loads((run / "metrics.json").read_text())

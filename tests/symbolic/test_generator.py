@@ -47,8 +47,16 @@ def test_a_generated_folder_is_reused_and_a_changed_knob_gets_its_own(tmp_path):
 
 
 def test_needles_sit_where_the_knobs_put_them_and_streaming_questions_come_after(tmp_path):
-    b = bench(tmp_path, n_videos=3, n_needles=4, needle_span=[0.2, 0.4], needle_frames=1, streaming_fraction=1.0,
-              question_delay=[0.1, 0.2], scene_questions=0)
+    b = bench(
+        tmp_path,
+        n_videos=3,
+        n_needles=4,
+        needle_span=[0.2, 0.4],
+        needle_frames=1,
+        streaming_fraction=1.0,
+        question_delay=[0.1, 0.2],
+        scene_questions=0,
+    )
     rows = json.loads(b.annotations.read_text()) if list(b.samples()) else []
     duration = 64 / 2
     assert len(rows) == 3 * 4 and len({r["task_type"] for r in rows if r["video_id"] == rows[0]["video_id"]}) == 4
@@ -87,15 +95,18 @@ def test_the_mix_of_formats_and_modes_follows_the_knobs(tmp_path):
     assert all("Options: A. " in q.prompt for q in shown)
 
 
-@pytest.mark.parametrize(("options", "needle"), [
-    ({"n_needles": 26}, "n_needles"),
-    ({"distractor_similarity": 1.5}, "distractor_similarity"),
-    ({"needle_span": [0.7, 0.2]}, "needle_span"),
-    ({"needle_span": [0.2, 0.3], "needle_frames": 4}, "needle_span"),
-    ({"frames": 4}, "frames"),
-    ({"colour": "red"}, "unknown keys"),
-    ({"grid": [2, 2]}, "grid"),
-])
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"n_needles": 26}, "n_needles"),
+        ({"distractor_similarity": 1.5}, "distractor_similarity"),
+        ({"needle_span": [0.7, 0.2]}, "needle_span"),
+        ({"needle_span": [0.2, 0.3], "needle_frames": 4}, "needle_span"),
+        ({"frames": 4}, "frames"),
+        ({"colour": "red"}, "unknown keys"),
+        ({"grid": [2, 2]}, "grid"),
+    ],
+)
 def test_bad_knobs_fail_with_the_option_named(tmp_path, options, needle):
     with pytest.raises(ConfigError, match=needle):
         list(bench(tmp_path, **options).samples())

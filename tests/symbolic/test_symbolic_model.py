@@ -25,7 +25,7 @@ def streamed(adapter, frames, chunk: int, s: StreamingSession | None = None) -> 
     s = s or session(adapter)
     s.start("v")
     for i in range(0, len(frames), chunk):
-        s.feed(frames[i:i + chunk], fps=2.0)
+        s.feed(frames[i : i + chunk], fps=2.0)
     s.finish()
     return s
 

@@ -16,8 +16,9 @@ SMALL = ["benchmark.options.n_videos=1", "benchmark.options.frames=64", "benchma
 
 def test_run_py_answers_and_reports_fidelity_to_the_full_cache(tmp_path):
     run = tmp_path / "run"
-    out = run_py(f"benchmark.root={tmp_path / 'data'}", *SMALL, "compress.budget=120", "eval.reference=full",
-                 f"run_dir={run}")
+    out = run_py(
+        f"benchmark.root={tmp_path / 'data'}", *SMALL, "compress.budget=120", "eval.reference=full", f"run_dir={run}"
+    )
     assert out.returncode == 0, out.stderr
     assert "| benchmark | symbolic |" in out.stdout and "agreement with full cache" in out.stdout
     records = lines(run / "predictions.jsonl")
