@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         adapter = load_model(spec.model, **spec.overrides)
         device = adapter.device
         for policy, quant in configs:
-            result = run_stream(adapter, spec, policy, quant, int(STREAM_MULTIPLE * spec.budget), probe=False)
+            result = run_stream(adapter, spec, policy, quant, int(STREAM_MULTIPLE * spec.budget))
             t = result["totals"]
             print(
                 f"{name:14s} {policy:15s} {quant:5s} passes {t['steady_passes']:2d}  "

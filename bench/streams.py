@@ -49,7 +49,7 @@ class StreamSpec:
 def warm_up(adapter: ModelAdapter, spec: StreamSpec, policy: str, quant: str) -> None:
     """One short throwaway stream through a compression pass and a question: lazy initialisation, first-call
     kernel selection and allocator growth stay out of the measured stream."""
-    run_stream(adapter, spec, policy, quant, n_tokens=spec.budget + 1, checkpoints=(1.0,), answer_tokens=2, probe=False)
+    run_stream(adapter, spec, policy, quant, n_tokens=spec.budget + 1, checkpoints=(1.0,), answer_tokens=2)
 
 
 def run_stream(
@@ -60,7 +60,6 @@ def run_stream(
     n_tokens: int,
     checkpoints: tuple[float, ...] = (),
     answer_tokens: int = 0,
-    probe: bool = True,
     in_bytes: bool = False,
 ) -> dict[str, Any]:
     """Stream until ``n_tokens`` vision tokens went in; per-step records, and at each checkpoint (a multiple of the
@@ -74,7 +73,6 @@ def run_stream(
     peak = sess.peak  # the session's own probe: the trace's peaks and the checkpoints' are one measure
     storage = Storage.from_config(spec.quant(quant), adapter.dtype)
     shape = (adapter.n_layers, adapter.n_kv_heads, adapter.head_dim)
-    before_pass = _bytes_before_each_pass(sess) if probe else {}
     sess.start("bench")
     baseline = peak.current()
     frames = FrameStream(*spec.frame_hw, n_frames=10**9, chunk=spec.chunk_frames, glyph_patch=spec.glyph_patch)
@@ -94,7 +92,7 @@ def run_stream(
                 "video_tokens": trace.video_tokens,
                 "total_tokens": trace.total_tokens,
                 "cache_bytes": trace.cache_bytes,
-                "cache_bytes_before_pass": before_pass.get(trace.step),
+                "cache_bytes_before_pass": trace.compress.bytes_before if trace.compress else None,
                 "cache_bytes_by_part": trace.cache_bytes_by_part,
                 "analytic_bytes": cache_bytes(trace.total_tokens, *shape, storage),
                 "layout_bytes": held_layout_bytes(sess, adapter.head_dim),
@@ -137,30 +135,6 @@ def held_layout_bytes(sess: StreamingSession, head_dim: int) -> float:
     stores = sess.video.cache.stores
     layout = sum((store.layout() for store in stores), Layout(0))
     return sum(layout_bytes(layout, head_dim, stores[0].storage()).values())
-
-
-def _bytes_before_each_pass(sess: StreamingSession) -> dict[int, int]:
-    """Instrument the session so that the first pass of each step records, by trace step, the bytes of every layer
-    just before that layer is compressed: their sum is the cache with the chunk in every layer, its largest moment
-    (over KIVI a bound: the pass compresses each layer as soon as the forward is done with it, so the layers never
-    all hold the chunk at once). The trace holds the state after the pass. One ``nbytes()`` per layer, host-side."""
-    before: dict[int, int] = {}
-    layer_pass = sess._layer_pass
-
-    def measured(n_keep: int) -> Any:
-        compress, step = layer_pass(n_keep), len(sess.trace)
-        first = step not in before
-        before.setdefault(step, 0)
-
-        def run(layer: int, *kv: torch.Tensor) -> None:
-            if first:
-                before[step] += sum(sess.video.cache.stores[layer].nbytes().values())
-            compress(layer, *kv)
-
-        return run
-
-    sess._layer_pass = measured
-    return before
 
 
 def _checkpoint(

@@ -38,7 +38,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             int(max(MULTIPLES) * spec.budget),
             checkpoints=MULTIPLES,
             answer_tokens=ANSWER_TOKENS,
-            probe=False,
         )
         runs.append({k: v for k, v in result.items() if k not in ("steps", "peak_method", "baseline_bytes")})
         print(

@@ -14,6 +14,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,6 +57,17 @@ def compiled(compiler: str, source: Path, flags: list[str]) -> ctypes.CDLL:
     if not target.exists():
         _build(compiler, source, flags, target)
     return ctypes.CDLL(str(target))
+
+
+def warn_build_failed(what: str, source: Path, compiler: str, err: Exception, env: str) -> None:
+    """The one warning line of a kernel module whose build failed (its PyTorch path runs instead), naming the
+    compiler's own message and the variable that silences it; ``stacklevel`` points at the module's caller."""
+    detail = getattr(err, "stderr", None) or err
+    warnings.warn(
+        f"{what}: building {source.name} with {compiler} failed ({str(detail).strip()[:300]}): "
+        f"the PyTorch path runs (slower on CPU; {env}=0 silences this)",
+        stacklevel=4,
+    )
 
 
 def compiler() -> str | None:

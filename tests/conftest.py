@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from infinipotv.config import ModelConfig
+from tests.helpers import TINY_QWEN2VL
 
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 _THREADS = max(1, min(2, (os.cpu_count() or 1) // _WORKERS))
@@ -27,16 +28,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if not item.get_closest_marker("xdist_group"):
             group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
             item.add_marker(pytest.mark.xdist_group(group))
-
-
-TINY_QWEN2VL = dict(
-    family="qwen2vl",
-    tiny=True,
-    dtype="float32",
-    min_pixels=56 * 56,
-    max_pixels=112 * 112,
-    options={"num_layers": 2, "hidden_size": 128, "num_heads": 4, "num_kv_heads": 2, "seed": 0},
-)
 
 
 @pytest.fixture(scope="session")

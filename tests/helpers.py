@@ -10,6 +10,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The tiny Qwen2-VL of the in-process tests: random weights, real transformers classes, a few megabytes.
+TINY_QWEN2VL = dict(
+    family="qwen2vl",
+    tiny=True,
+    dtype="float32",
+    min_pixels=56 * 56,
+    max_pixels=112 * 112,
+    options={"num_layers": 2, "hidden_size": 128, "num_heads": 4, "num_kv_heads": 2, "seed": 0},
+)
+
 
 def run_py(*overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python run.py OVERRIDES`` from the repository root; output captured."""

@@ -19,6 +19,7 @@ multiple of p) the two views are identical.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -101,21 +102,29 @@ class FrameCoords:
         return dense.scatter_(1, self.cell, values).view(heads, self.n_grid_frames, self.tokens_per_frame)
 
 
+@functools.lru_cache(maxsize=16)
+def _pseudo_frames(n_tokens: int, grid: tuple[int, int], heads: int, device: torch.device) -> FrameCoords:
+    """The pseudo-frames view depends on the region's length alone: made once for every layer of a pass (cached;
+    the coordinates are read, never written). Token t sits in cell t + pad: frame (t + pad) // p, slot (t + pad) %
+    p, the same in every head, built for [T] by repeating aranges (no integer division) and expanded over the heads
+    as a view."""
+    p = grid[0] * grid[1]
+    n_frames = math.ceil(n_tokens / p)
+    pad = n_frames * p - n_tokens
+    frame = torch.arange(n_frames, device=device).repeat_interleave(p)[pad:]
+    slot = torch.arange(p, device=device).repeat(n_frames)[pad:]
+    return FrameCoords(
+        frame.expand(heads, n_tokens), slot.expand(heads, n_tokens), n_frames, n_frames, grid, offset=pad
+    )
+
+
 def frame_coords(layout: FrameLayout, frame_view: str, n_tokens: int) -> FrameCoords:
     """Place the region's ``n_tokens`` tokens in frames under ``frame_view`` (see the module docstring)."""
     p = layout.tokens_per_frame
     n_frames = math.ceil(n_tokens / p)
     ids = layout.token_ids
     if frame_view == "pseudo_frames":
-        # Token t sits in cell t + pad: frame (t + pad) // p, slot (t + pad) % p, the same in every head, built once
-        # for [T] by repeating aranges (no integer division) and expanded over the heads as a view.
-        pad = n_frames * p - n_tokens
-        frame = torch.arange(n_frames, device=ids.device).repeat_interleave(p)[pad:]
-        slot = torch.arange(p, device=ids.device).repeat(n_frames)[pad:]
-        heads = ids.shape[0]
-        return FrameCoords(
-            frame.expand(heads, n_tokens), slot.expand(heads, n_tokens), n_frames, n_frames, layout.grid, offset=pad
-        )
+        return _pseudo_frames(n_tokens, tuple(layout.grid), ids.shape[0], ids.device)
     if frame_view == "grid_aware":
         ids = ids.long()
         true_frame = ids // p

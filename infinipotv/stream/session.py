@@ -163,10 +163,11 @@ class StreamingSession:
         clock = PassClock(a.device)
         due = self.schedule.due(before, v.cache.stores[0].read_is_view) if self.schedule else None
         during = due is not None and due.during_forward
-        with v.cache.after_attention(clock.timing(self._layer_pass(due.n_keep))) if during else nullcontext():
+        with v.cache.after_attention(self._during_forward(due.n_keep, clock)) if during else nullcontext():
             self._prefill(chunk.embeds, chunk.positions, torch.arange(v.vision_tokens, v.vision_tokens + n))
         if due is not None:
             if not during:
+                clock.bytes_before = self._held_bytes()
                 with clock.timed():
                     self._pass(due.n_keep)
             clock.passes += 1
@@ -225,6 +226,17 @@ class StreamingSession:
         compress = self._layer_pass(n_keep)
         for layer, store in enumerate(self.video.cache.stores):
             compress(layer, *store.read())
+
+    def _during_forward(self, n_keep: int, clock: PassClock) -> Callable[[int, torch.Tensor, torch.Tensor], None]:
+        """The pass as :meth:`StreamCache.after_attention` runs it: each layer's bytes counted (untimed), then the
+        layer compressed (timed)."""
+        timed, stores = clock.timing(self._layer_pass(n_keep)), self.video.cache.stores
+
+        def run(layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+            clock.bytes_before += sum(stores[layer].nbytes().values())
+            timed(layer, keys, values)
+
+        return run
 
     def _layer_pass(self, n_keep: int) -> Callable[[int, torch.Tensor, torch.Tensor], None]:
         """Compress one layer, given the keys and values its store holds: keep the prefix and the policy's

@@ -23,6 +23,10 @@ class CompressRecord:
     tokens_after: int
     seconds: float
     passes: int = 1  # more than one when a byte cap made the session keep fewer than |C| tokens
+    # The stores' bytes just before the step's first pass, layer by layer as each is compressed: the cache with the
+    # chunk in every layer, its largest moment (over KIVI a bound: the pass compresses each layer as soon as the
+    # forward is done with it, so the layers never all hold the chunk at once). Host-side counts, not timed.
+    bytes_before: int = 0
 
 
 @dataclass
@@ -90,6 +94,7 @@ class PassClock:
     device: torch.device
     seconds: float = 0.0
     passes: int = 0
+    bytes_before: int = 0  # CompressRecord.bytes_before, added up by the session outside the timed calls
 
     @contextmanager
     def timed(self) -> Iterator[None]:
@@ -115,7 +120,11 @@ class PassClock:
         if not self.passes:
             return None
         return CompressRecord(
-            tokens_before=tokens_before, tokens_after=tokens_after, seconds=self.seconds, passes=self.passes
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            seconds=self.seconds,
+            passes=self.passes,
+            bytes_before=self.bytes_before,
         )
 
 

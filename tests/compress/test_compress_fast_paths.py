@@ -123,6 +123,22 @@ def test_switched_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
         native.library.cache_clear()
 
 
+def test_a_failed_build_warns_and_the_torch_path_runs(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("INFINIPOTV_CACHE", str(tmp_path))
+    native.library.cache_clear()
+    x = torch.randn(2, 30, 64)
+    try:
+        with pytest.warns(UserWarning, match="compression scores: building scores_kernels.c with .*no-such-compiler"):
+            assert native.library() is None
+        assert not native.applies(x)
+        got = van_scores(x)
+    finally:
+        monkeypatch.undo()
+        native.library.cache_clear()
+    assert torch.equal(got, x.norm(dim=-1))
+
+
 def test_a_build_that_differs_from_pytorch_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """The load check: kernels whose bits differ from PyTorch's (here: a norm off by one ulp) warn once and leave
     the PyTorch path running."""
@@ -169,3 +185,23 @@ def test_ascending_kernel_equals_the_torch_path() -> None:
         for path in ("native", "torch"):
             with native.torch_path() if path == "torch" else nullcontext(), pytest.raises(RuntimeError, match=match):
                 ascending(kept, 5, "p")
+
+
+@pytest.mark.skipif(native.library() is None, reason="the score kernels cannot be built or differ from PyTorch here")
+@pytest.mark.parametrize("clip", ["cube", "axes"])
+@pytest.mark.parametrize("view", ["pseudo_frames", "grid_aware"])
+def test_pooling_kernel_equals_the_torch_path(clip: str, view: str) -> None:
+    """Every pooling mode and kernel size, in both frame views and both clippings (kernels wider than the grid's
+    frames included): the native pooling gives PyTorch's bits."""
+    gen = torch.Generator().manual_seed(0)
+    grid, n_tokens = (3, 4), 12 * 9 + 5
+    ids = torch.rand(3, n_tokens + 40, generator=gen).argsort(1)[:, :n_tokens].sort(1).values
+    layout = FrameLayout(ids if view == "grid_aware" else torch.arange(n_tokens).expand(3, -1), grid)
+    coords = frame_coords(layout, view, n_tokens)
+    scores = torch.rand(3, n_tokens, generator=gen) * 5
+    for mode, size in KERNELS + (("3d", 3), ("2d", 3), ("1d", 5)):
+        assert native.takes_grid(scores)
+        got = pool(scores, coords, mode, size, clip)
+        with native.torch_path():
+            assert not native.takes_grid(scores)
+            assert torch.equal(got, pool(scores, coords, mode, size, clip)), (mode, size)

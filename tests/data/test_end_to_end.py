@@ -12,20 +12,12 @@ from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConf
 from infinipotv.data.toy import BUILDERS
 from infinipotv.job import read_predictions, run_job
 from infinipotv.stream.session import StreamingSession
-
-TINY = dict(
-    family="qwen2vl",
-    tiny=True,
-    dtype="float32",
-    min_pixels=56 * 56,
-    max_pixels=112 * 112,
-    options={"num_layers": 2, "hidden_size": 128, "num_heads": 4, "num_kv_heads": 2},
-)
+from tests.helpers import TINY_QWEN2VL
 
 
 def run_config(bench, compress: str = "tar_van_pool") -> RunConfig:
     return RunConfig(
-        model=ModelConfig(**TINY),
+        model=ModelConfig(**TINY_QWEN2VL),
         compress=CompressConfig(name=compress, budget=40),
         quant=QuantConfig(),
         benchmark=bench,

@@ -128,3 +128,37 @@ def test_the_pass_made_during_the_forward_leaves_what_a_pass_after_it_would(tiny
     assert sum(s.compress is not None for s in during.trace) >= 3
     asked = [s.ask("What is shown?", max_new_tokens=3) for s in (during, after)]
     assert asked[0].tokens == asked[1].tokens and torch.equal(asked[0].first_logprobs, asked[1].first_logprobs)
+
+
+@pytest.mark.parametrize(
+    "make_store",
+    [lambda: FullPrecisionStore(torch.float32), lambda: KiviStore(4, 32, 8, torch.float32)],
+    ids=["after-forward", "during-forward"],
+)
+def test_a_pass_records_the_bytes_the_chunk_brought(tiny_qwen2vl, make_store, monkeypatch):
+    """``compress.bytes_before`` is what every layer held just before it was compressed: here measured by reading
+    each store as the pass reaches it, whichever way the pass runs (after the forward, or layer by layer in it)."""
+    seen: dict[int, int] = {}
+    keep = {store: store.keep for store in (FullPrecisionStore, KiviStore)}
+
+    def counted(self, indices):
+        seen[len(seen)] = sum(self.nbytes().values())
+        keep[type(self)](self, indices)
+
+    for store in keep:
+        monkeypatch.setattr(store, "keep", counted)
+    session = StreamingSession(tiny_qwen2vl, build("tar_van_pool"), BUDGET, C_RATIO, make_store)
+    session.start("v")
+    frames = video()
+    n_layers = tiny_qwen2vl.n_layers
+    for i in range(0, len(frames), CHUNK):
+        seen.clear()
+        session.feed(frames[i : i + CHUNK], fps=2.0)
+        step = session.trace[-1]
+        if step.compress:
+            assert len(seen) == n_layers * step.compress.passes
+            assert step.compress.bytes_before == sum(seen[layer] for layer in range(n_layers))
+            assert step.compress.bytes_before > step.cache_bytes
+        else:
+            assert not seen
+    assert any(s.compress for s in session.trace)
