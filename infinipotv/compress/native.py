@@ -27,7 +27,6 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from infinipotv import native as builder
 
@@ -37,15 +36,6 @@ NEEDS = ("avx2", "f16c")
 ENV = "INFINIPOTV_NATIVE_SCORES"
 DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 CHECK_DIMS = (8, 24, 64, 128, 136)  # head_dims the load check covers (4 accumulators, leftovers, fewer than 4)
-# (grid [D, H, W], kernel) pairs of the pooling check: 3D, 2D and 1D kernels, windows clipped at every border
-POOL_CHECKS = (
-    ((9, 3, 4), (3, 3, 3)),
-    ((7, 7, 9), (7, 7, 7)),
-    ((8, 6, 6), (1, 5, 5)),
-    ((1, 1, 50), (1, 1, 3)),
-    ((1, 1, 3), (1, 1, 3)),
-    ((2, 3, 3), (1, 3, 3)),
-)
 
 _p, _i64 = ctypes.c_void_p, ctypes.c_int64
 SIGNATURES = {
@@ -79,7 +69,6 @@ def library() -> ctypes.CDLL | None:
             fn.argtypes, fn.restype = args, None
     lib.scores_max_head_dim.restype = ctypes.c_int64
     lib.ascending_indices.argtypes, lib.ascending_indices.restype = [_p, _i64, _i64, _i64, _p, _p], ctypes.c_int64
-    lib.avg_pool_same.argtypes, lib.avg_pool_same.restype = [_p, *[_i64] * 7, _p], None
     mismatch = _mismatch(lib)
     if mismatch:
         warnings.warn(
@@ -146,25 +135,6 @@ def ascending(kept: torch.Tensor, n_tokens: int) -> tuple[torch.Tensor, str]:
     return out, ASCENDING_ERRORS.get(status, "")
 
 
-def takes_grid(grid: torch.Tensor) -> bool:
-    """Whether :func:`avg_pool` takes ``grid`` (float32 on the CPU)."""
-    return grid.device.type == "cpu" and grid.dtype == torch.float32 and library() is not None
-
-
-def avg_pool(grid: torch.Tensor, kernel: tuple[int, int, int]) -> torch.Tensor:
-    """``F.avg_pool3d(grid[:, None], kernel, stride=1, padding=k // 2, count_include_pad=True)[:, 0]`` of ``grid``
-    ``[G, D, H, W]`` (odd kernel sides), the same bits; a 1D or 2D pooling is the same call with sides of 1 (as
-    PyTorch runs ``avg_pool1d`` as a 2D pooling)."""
-    return _avg_pool(library(), grid, kernel)
-
-
-def _avg_pool(lib: ctypes.CDLL, grid: torch.Tensor, kernel: tuple[int, int, int]) -> torch.Tensor:
-    grid = grid.contiguous()
-    out = torch.empty_like(grid)
-    lib.avg_pool_same(grid.data_ptr(), *grid.shape, *kernel, out.data_ptr())
-    return out
-
-
 def _unit_dot(
     lib: ctypes.CDLL, keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor, tokens: int | None = None
 ) -> torch.Tensor:
@@ -210,13 +180,4 @@ def _mismatch(lib: ctypes.CDLL) -> str:
             part = _unit_dot(lib, x, 1e-9, slot, sums, tokens=50)
             if not (torch.equal(got, want) and torch.equal(part[:, :50], want[:, :50]) and not part[:, 50:].any()):
                 return f"unit dot products, {dtype}, head_dim {d}"
-    for shape, kernel in POOL_CHECKS:
-        grid = torch.rand(3, *shape, generator=gen) * 10
-        want = F.avg_pool3d(grid[:, None], kernel, stride=1, padding=tuple(k // 2 for k in kernel))[:, 0]
-        if not torch.equal(_avg_pool(lib, grid, kernel), want):
-            return f"average pooling, kernel {kernel} over {shape}"
-        if kernel[:2] == (1, 1):
-            line = F.avg_pool1d(grid.view(3, 1, -1), kernel[2], stride=1, padding=kernel[2] // 2)
-            if shape[:2] == (1, 1) and not torch.equal(_avg_pool(lib, grid, kernel).view(3, 1, -1), line):
-                return f"average pooling, 1D kernel {kernel[2]} over {shape[2]}"
     return ""

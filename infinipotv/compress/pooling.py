@@ -5,8 +5,7 @@ norm", so kept tokens come in spatially/temporally coherent patches rather than 
 (spec, "Scores"): average, stride 1, "same" zero padding with the zeros counted (tokens at the borders are damped),
 kernel clipped to the grid dimension and made odd (so "same" stays symmetric). Pooling runs on the dense
 ``[frames, h, w]`` grid of a :class:`FrameCoords` (zeros where the view has no token), then reads back each
-token's cell. On a CPU one kernel of :mod:`.native` pools a grid, with the bits of PyTorch's (checked on load):
-PyTorch's pooling of these small grids costs several times the arithmetic.
+token's cell.
 
 Which kernel a layer gets:
 - ``layer_quartile`` (the public code, exactly): layer group = layer // max(1, n_layers // 4) (the public code
@@ -28,7 +27,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import native
 from .layout import FrameCoords
 
 POOLINGS = ("none", "layer_quartile", "layer_quartile_axes", "cv")
@@ -103,24 +101,18 @@ def pool(scores: torch.Tensor, coords: FrameCoords, mode: str, size: int, clip: 
         dense = coords.to_grid(scores).view(heads, -1)
     if mode == "1d":
         k = size if clip == "cube" else odd_kernel(size, dense.shape[1])
-        if native.takes_grid(dense):
-            pooled = native.avg_pool(dense.view(heads, 1, 1, -1), (1, 1, k))
-        else:
-            pooled = F.avg_pool1d(dense[:, None], k, stride=1, padding=k // 2, count_include_pad=True)
+        pooled = F.avg_pool1d(dense[:, None], k, stride=1, padding=k // 2, count_include_pad=True)
     elif mode in ("2d", "3d"):
         kernel = _kernel(mode, size, clip, n_grid, h, w)
         if kernel == (1, 1, 1):
             return scores
-        if native.takes_grid(dense):
-            pooled = native.avg_pool(dense.view(heads, n_grid, h, w), kernel)
-        else:
-            pooled = F.avg_pool3d(
-                dense.view(heads, 1, n_grid, h, w),
-                kernel,
-                stride=1,
-                padding=tuple(k // 2 for k in kernel),
-                count_include_pad=True,
-            )
+        pooled = F.avg_pool3d(
+            dense.view(heads, 1, n_grid, h, w),
+            kernel,
+            stride=1,
+            padding=tuple(k // 2 for k in kernel),
+            count_include_pad=True,
+        )
     else:
         raise ValueError(f"pooling mode {mode!r} is unknown; use one of {', '.join(m for m, _ in KERNELS)}")
     pooled = pooled.reshape(heads, -1)

@@ -189,36 +189,3 @@ int64_t ascending_indices(const int64_t *kept, int64_t heads, int64_t n, int64_t
     }
     return 0;
 }
-
-/* PyTorch's CPU average pooling of grids (pooling.py), stride 1 and padding k / 2 on each side with the padding
-   counted: out[g, d, h, w] = (the window's cells inside the grid, summed in float32 from zero in (d, h, w) order)
-   divided by the window's size counting the padding, added to zero, as ATen's contiguous kernel computes it.
-   x and out: grids of [depth, height, width] float32, one after another. */
-void avg_pool_same(const float *x, int64_t grids, int64_t depth, int64_t height, int64_t width, int64_t kd,
-                   int64_t kh, int64_t kw, float *out) {
-    const int64_t pd = kd / 2, ph = kh / 2, pw = kw / 2, plane = height * width, cells = depth * plane;
-    for (int64_t g = 0; g < grids; g++) {
-        const float *in = x + g * cells;
-        float *o = out + g * cells;
-        for (int64_t od = 0; od < depth; od++) {
-            int64_t d0 = od - pd, d1 = d0 + kd < depth + pd ? d0 + kd : depth + pd;
-            const int64_t sd = d1 - d0;
-            d0 = d0 > 0 ? d0 : 0, d1 = d1 < depth ? d1 : depth;
-            for (int64_t oh = 0; oh < height; oh++) {
-                int64_t h0 = oh - ph, h1 = h0 + kh < height + ph ? h0 + kh : height + ph;
-                const int64_t sh = h1 - h0;
-                h0 = h0 > 0 ? h0 : 0, h1 = h1 < height ? h1 : height;
-                for (int64_t ow = 0; ow < width; ow++) {
-                    int64_t w0 = ow - pw, w1 = w0 + kw < width + pw ? w0 + kw : width + pw;
-                    const float size = (float)(sd * sh * (w1 - w0));
-                    w0 = w0 > 0 ? w0 : 0, w1 = w1 < width ? w1 : width;
-                    float sum = 0.0f;
-                    for (int64_t d = d0; d < d1; d++)
-                        for (int64_t h = h0; h < h1; h++)
-                            for (int64_t w = w0; w < w1; w++) sum += in[d * plane + h * width + w];
-                    o[od * plane + oh * width + ow] = 0.0f + sum / size;
-                }
-            }
-        }
-    }
-}

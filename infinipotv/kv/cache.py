@@ -45,10 +45,6 @@ class StoreLayer(CacheLayerMixin):
         self.token_ids: torch.Tensor | None = None  # ids of the tokens the next committing forward adds
         self.transient = False
         self.tail: tuple[torch.Tensor, torch.Tensor] | None = None
-        # Inside StreamCache.after_attention: the store's read of the last update, in the store's dtype, kept for
-        # the compression pass (half the bytes of the model-dtype copy attention gets from a half-precision store).
-        self.hold = False
-        self.held: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device, self.dtype = key_states.device, key_states.dtype
@@ -71,8 +67,6 @@ class StoreLayer(CacheLayerMixin):
                 )
             self.store.append(k, v, self.token_ids)
         keys, values = self.store.read() if len(self.store) else (k[:, :0], v[:, :0])
-        if self.hold:
-            self.held = keys, values
         if self.tail is not None:
             keys, values = joined(keys, self.tail[0], self.dtype), joined(values, self.tail[1], self.dtype)
         return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)
@@ -109,8 +103,7 @@ class StreamCache(Cache):
             )
         self._release()
         keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
-        layer = self.layers[layer_idx]
-        self._held, layer.held = (layer_idx, *layer.held), None
+        self._held = layer_idx, keys[0], values[0]
         return keys, values
 
     def _last_layer(self) -> int | None:
@@ -125,9 +118,9 @@ class StreamCache(Cache):
     @contextmanager
     def after_attention(self, fn: Callable[[int, torch.Tensor, torch.Tensor], None]) -> Iterator[None]:
         """Run ``fn(layer, keys, values)`` on every layer of the one committing forward made inside the block, with
-        the keys and values that layer's attention read (``[H, T, D]``, the store's read in the store's dtype, before
-        its conversion to the model's), once the forward is done with the layer: when the next layer updates, and
-        for the last layer when the block ends.
+        the keys and values that layer's attention read (``[H, T, D]``, the store's content in the model's dtype),
+        once the forward is done with the layer: when the next layer updates, and for the last layer when the block
+        ends.
 
         A forward never reads a layer again after its attention, so a store that ``fn`` compresses is exactly what
         a pass over every layer after the forward would leave (the spec's order), without dequantizing the stores
@@ -135,8 +128,6 @@ class StreamCache(Cache):
         if self._after is not None:
             raise RuntimeError("after_attention blocks do not nest")
         self._after = fn
-        for layer in self.layers:
-            layer.hold = True
         try:
             yield
             if self._last_layer() != len(self.layers) - 1:
@@ -147,8 +138,6 @@ class StreamCache(Cache):
             self._release()
         finally:
             self._after, self._held = None, None
-            for layer in self.layers:
-                layer.hold, layer.held = False, None
 
     @property
     def stores(self) -> list[KVStore]:

@@ -435,19 +435,3 @@ EXPORTS(bfloat16)
 int64_t kivi_lanes(void) { return LANES; }
 int64_t kivi_max_head_dim(void) { return MAXD; }
 int64_t kivi_max_value_group(void) { return MAXG; }
-
-/* out[i] = row index[i] of src (rows of row_bytes bytes, n of them out of rows): the kept tokens of a store, copied.
-   Ascending indices come in runs of consecutive rows (a pass keeps most tokens), each copied with one memcpy.
-   Returns 0, or 1 where an index lies outside [0, rows) (nothing is read past src then). */
-int64_t gather_rows(const uint8_t *src, int64_t rows, const int64_t *index, int64_t n, int64_t row_bytes,
-                    uint8_t *out) {
-    for (int64_t i = 0; i < n; i++)
-        if (index[i] < 0 || index[i] >= rows) return 1;
-    for (int64_t i = 0; i < n;) {
-        int64_t j = i + 1;
-        while (j < n && index[j] == index[j - 1] + 1) j++;
-        memcpy(out + i * row_bytes, src + index[i] * row_bytes, (size_t)((j - i) * row_bytes));
-        i = j;
-    }
-    return 0;
-}

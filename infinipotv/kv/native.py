@@ -58,7 +58,6 @@ def _load(compiler: str, lanes: int, machine_flags: tuple[str, ...]) -> ctypes.C
             fn.argtypes, fn.restype = args, None
     for name in ("kivi_lanes", "kivi_max_head_dim", "kivi_max_value_group"):
         getattr(lib, name).restype = ctypes.c_int64
-    lib.gather_rows.argtypes, lib.gather_rows.restype = [_p, _i64, _p, _i64, _i64, _p], ctypes.c_int64
     return lib
 
 
@@ -223,26 +222,4 @@ def dequantize_value(
         view.data_ptr(),
         stride,
     )
-    return out
-
-
-def takes_rows(rows: torch.Tensor) -> bool:
-    """Whether :func:`take_rows` takes ``rows``: a contiguous CPU tensor, with a build loaded."""
-    return rows.device.type == "cpu" and rows.dim() >= 1 and rows.is_contiguous() and library() is not None
-
-
-def take_rows(rows: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
-    """``rows.index_select(0, flat)`` of a contiguous CPU tensor: the same bytes, copied a run of consecutive rows
-    at a time (a store's kept tokens are mostly runs). An index outside the rows raises IndexError, as
-    ``index_select`` does."""
-    lib = next(iter(library().values()))
-    index = flat.to(torch.int64).contiguous()
-    out = torch.empty(index.shape[0], *rows.shape[1:], dtype=rows.dtype)
-    row_bytes = rows[0].numel() * rows.element_size() if rows.shape[0] else 0
-    with torch.profiler.record_function("gather_rows"):
-        wrong = lib.gather_rows(
-            rows.data_ptr(), rows.shape[0], index.data_ptr(), index.shape[0], row_bytes, out.data_ptr()
-        )
-    if wrong:
-        raise IndexError(f"take_rows: an index lies outside the {rows.shape[0]} rows")
     return out

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infinipotv.kv import native
-
 LENGTH_DTYPE = torch.long  # per-head lengths on the device
 
 
@@ -76,8 +74,6 @@ def take_rows(x: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
     """:func:`gather_rows` with the flat index of :func:`flat_rows` (``[H * n]``): ``[H, n, ...]``, bit for bit."""
     h, length = x.shape[:2]
     rows = x.reshape(h * length, *x.shape[2:])
-    if native.takes_rows(rows):
-        return native.take_rows(rows, flat).view(h, -1, *x.shape[2:])
     row_bytes = math.prod(x.shape[2:]) * x.element_size()
     if x.dim() > 2 and row_bytes in _WORDS and rows.is_contiguous():
         words = rows.view(_WORDS[row_bytes]).reshape(-1).index_select(0, flat)

@@ -185,23 +185,3 @@ def test_ascending_kernel_equals_the_torch_path() -> None:
         for path in ("native", "torch"):
             with native.torch_path() if path == "torch" else nullcontext(), pytest.raises(RuntimeError, match=match):
                 ascending(kept, 5, "p")
-
-
-@pytest.mark.skipif(native.library() is None, reason="the score kernels cannot be built or differ from PyTorch here")
-@pytest.mark.parametrize("clip", ["cube", "axes"])
-@pytest.mark.parametrize("view", ["pseudo_frames", "grid_aware"])
-def test_pooling_kernel_equals_the_torch_path(clip: str, view: str) -> None:
-    """Every pooling mode and kernel size, in both frame views and both clippings (kernels wider than the grid's
-    frames included): the native pooling gives PyTorch's bits."""
-    gen = torch.Generator().manual_seed(0)
-    grid, n_tokens = (3, 4), 12 * 9 + 5
-    ids = torch.rand(3, n_tokens + 40, generator=gen).argsort(1)[:, :n_tokens].sort(1).values
-    layout = FrameLayout(ids if view == "grid_aware" else torch.arange(n_tokens).expand(3, -1), grid)
-    coords = frame_coords(layout, view, n_tokens)
-    scores = torch.rand(3, n_tokens, generator=gen) * 5
-    for mode, size in KERNELS + (("3d", 3), ("2d", 3), ("1d", 5)):
-        assert native.takes_grid(scores)
-        got = pool(scores, coords, mode, size, clip)
-        with native.torch_path():
-            assert not native.takes_grid(scores)
-            assert torch.equal(got, pool(scores, coords, mode, size, clip)), (mode, size)

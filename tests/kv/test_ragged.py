@@ -3,13 +3,10 @@ loop it replaces, and the per-head lengths kept on the device and the host toget
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import numpy as np
 import pytest
 import torch
 
-from infinipotv.kv import native
 from infinipotv.kv.ragged import (
     HeadLengths,
     flat_append_index,
@@ -51,25 +48,12 @@ def test_take_rows_equals_advanced_indexing(shape: tuple[int, ...], dtype: torch
     h, length = shape[:2]
     idx = torch.randint(0, max(length, 1), (h, 7), generator=gen) if length else torch.zeros(h, 0, dtype=torch.long)
     want = x[torch.arange(h).unsqueeze(1), idx]
-    with native.torch_path():
-        torch_path = [gather_rows(x, idx), take_rows(x, flat_rows(idx, length))]
-    for got in (gather_rows(x, idx), take_rows(x, flat_rows(idx, length)), *torch_path):
+    for got in (gather_rows(x, idx), take_rows(x, flat_rows(idx, length))):
         assert got.dtype == dtype and got.shape == want.shape
         assert torch.equal(
             got.view(torch.uint8) if dtype != torch.uint8 else got,
             want.view(torch.uint8) if dtype != torch.uint8 else want,
         )
-
-
-def test_take_rows_copies_runs_of_rows_and_refuses_an_index_outside() -> None:
-    """The native gather copies a run of consecutive kept rows at once: runs of every length, a row kept twice, the
-    first and the last row; an index past the rows is an IndexError on both paths."""
-    x = torch.randn(2 * 40, 3)
-    flat = torch.tensor([0, 1, 2, 5, 6, 6, 7, 20, 39, 40, 41, 79])
-    assert torch.equal(take_rows(x.view(2, 40, 3), flat).view(-1, 3), x[flat])
-    for path in (native.torch_path(), nullcontext()):
-        with path, pytest.raises(IndexError):
-            take_rows(x.view(2, 40, 3), torch.tensor([3, 80]))
 
 
 def test_ragged_cat_puts_each_heads_rows_of_b_after_its_rows_of_a() -> None:
