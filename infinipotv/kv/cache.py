@@ -3,8 +3,6 @@
 Tokens prefilled while the cache is *committing* (system prefix, video chunks) go into the stores. Tokens prefilled
 inside :meth:`StreamCache.transient` (a question and its answer) go into a full-precision tail that is dropped when
 the block ends: the video memory that the next question or the next frames see cannot depend on what was asked.
-Inside :meth:`StreamCache.after_attention`, a function runs on each layer as soon as the forward is done with it
-(the session's compression pass, without reading the stores a second time).
 """
 
 from __future__ import annotations
@@ -86,58 +84,6 @@ class StreamCache(Cache):
 
     def __init__(self, n_layers: int, make_store: Callable[[], KVStore]) -> None:
         super().__init__(layers=[StoreLayer(make_store()) for _ in range(n_layers)])
-        self._after: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
-        # inside after_attention: the layer updated last, with the keys and values its attention read
-        self._held: tuple[int, torch.Tensor, torch.Tensor] | None = None
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._after is None:
-            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
-        last = self._last_layer()
-        if layer_idx != (0 if last is None else last + 1):
-            raise RuntimeError(
-                f"after_attention: layer {layer_idx} updated after layer {last} (one "
-                "committing forward per block, its layers in order)"
-            )
-        self._release()
-        keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
-        self._held = layer_idx, keys[0], values[0]
-        return keys, values
-
-    def _last_layer(self) -> int | None:
-        return None if self._held is None else self._held[0]
-
-    def _release(self) -> None:
-        """Hand the layer updated last (attention is done with it) to the block's function; drop its tensors."""
-        if self._held is not None:
-            held, self._held = self._held, None
-            self._after(*held)
-
-    @contextmanager
-    def after_attention(self, fn: Callable[[int, torch.Tensor, torch.Tensor], None]) -> Iterator[None]:
-        """Run ``fn(layer, keys, values)`` on every layer of the one committing forward made inside the block, with
-        the keys and values that layer's attention read (``[H, T, D]``, the store's content in the model's dtype),
-        once the forward is done with the layer: when the next layer updates, and for the last layer when the block
-        ends.
-
-        A forward never reads a layer again after its attention, so a store that ``fn`` compresses is exactly what
-        a pass over every layer after the forward would leave (the spec's order), without dequantizing the stores
-        a second time; and only one layer's keys and values are alive at a time."""
-        if self._after is not None:
-            raise RuntimeError("after_attention blocks do not nest")
-        self._after = fn
-        try:
-            yield
-            if self._last_layer() != len(self.layers) - 1:
-                raise RuntimeError(
-                    f"after_attention: the forward stopped after layer {self._last_layer()} of "
-                    f"{len(self.layers)} (one committing forward must run every layer)"
-                )
-            self._release()
-        finally:
-            self._after, self._held = None, None
 
     @property
     def stores(self) -> list[KVStore]:

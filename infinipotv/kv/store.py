@@ -8,7 +8,6 @@ stream order. A store never sees questions or answers: those live in the cache's
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
 
 import torch
 
@@ -20,11 +19,6 @@ POSITION_DTYPE = torch.int32  # one stored id per token per head: the "4 B pos" 
 
 class KVStore(ABC):
     """One layer's kept keys/values. Shapes are per head: ``[heads, tokens, head_dim]`` (batch size 1)."""
-
-    # True when read() hands out the stored tensors themselves: reading the store again costs nothing, so the
-    # session compresses after the chunk's forward; otherwise (KIVI dequantizes into new tensors) during it, on what
-    # attention read (see StreamingSession).
-    read_is_view: ClassVar[bool] = False
 
     @abstractmethod
     def append(self, keys: torch.Tensor, values: torch.Tensor, token_ids: torch.Tensor) -> None:
@@ -42,8 +36,8 @@ class KVStore(ABC):
     @abstractmethod
     def read(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values ``[H, T, D]`` in the store's dtype, as attention and the policies read them: the stored
-        tensors themselves where the store keeps them as they are (:attr:`read_is_view`), else built from what it
-        keeps (KIVI dequantizes its codes)."""
+        tensors themselves where the store keeps them as they are, else built from what it keeps (KIVI dequantizes
+        its codes)."""
 
     @abstractmethod
     def token_ids(self) -> torch.Tensor:
@@ -70,8 +64,6 @@ class KVStore(ABC):
 
 class FullPrecisionStore(KVStore):
     """Keys and values kept as they are, in the model's dtype (fp16/bf16 on GPU, fp32 in CPU tests)."""
-
-    read_is_view = True
 
     def __init__(self, dtype: torch.dtype | None = None) -> None:
         self.dtype = dtype

@@ -1,5 +1,5 @@
-"""When the session compresses: the rule of the spec (a pass when the video part reaches |M| tokens, down to |C|),
-where that pass runs (during the chunk's forward or after it), and a byte cap held on the bytes the stores occupy.
+"""When the session compresses: the rule of the spec (a pass when the video part reaches |M| tokens, down to |C|,
+after the chunk's forward) and a byte cap held on the bytes the stores occupy.
 
 The schedule decides and the session acts: every method here is arithmetic on counts the session measured, so the
 rules can be tested without a model (tests/stream/test_schedule.py).
@@ -41,15 +41,6 @@ class ByteCap:
 
 
 @dataclass(frozen=True)
-class Pass:
-    """A compression pass a chunk triggers: keep ``n_keep`` video tokens per KV head, ``during_forward`` (each layer
-    as soon as the chunk's forward is done with it, on what its attention read) or after the forward."""
-
-    n_keep: int
-    during_forward: bool
-
-
-@dataclass(frozen=True)
 class Schedule:
     """|M| (``budget``) and |C| (``n_keep``) video tokens per KV head, and the byte cap when the budget was given in
     bytes. A session that never compresses (no budget, or a policy that never evicts) has no schedule."""
@@ -70,16 +61,17 @@ class Schedule:
                 f"|M| - |C| = {self.budget - self.n_keep}: lower eval.chunk_frames or raise compress.budget"
             )
 
-    def due(self, tokens: int, read_is_view: bool) -> Pass | None:
-        """The pass a chunk triggers when it brings the video part to ``tokens`` per head, or None below |M|.
+    def due(self, tokens: int) -> int | None:
+        """The ``n_keep`` of the pass a chunk triggers when it brings the video part to ``tokens`` per head, or None
+        below |M|. The pass runs after the chunk's forward, over every layer (the spec's order).
 
-        Over stores whose read is free (``KVStore.read_is_view``: full precision) the pass runs after the forward,
-        on data still warm in the CPU's caches; over stores whose read builds full-precision tensors (KIVI) it runs
-        on each layer as the forward leaves it, on what attention just read: the same memory (a forward never reads
-        a layer again after its attention), without dequantizing the cache twice."""
+        Measured on the CPU (docs/performance.md): after the forward a pass over a KIVI cache, its second
+        dequantization included, took 0.85x the time of compressing each layer as the forward leaves it (on what
+        attention read, no second dequantization), and a full-precision store's read is free; on a GPU, timing a
+        pass made inside the forward would synchronise once per layer."""
         if tokens < self.budget:
             return None
-        return Pass(n_keep=min(self.n_keep, tokens - 1), during_forward=not read_is_view)
+        return min(self.n_keep, tokens - 1)
 
     def byte_pass(self, passes: int, held: int, video_tokens: int) -> int | None:
         """Under a byte cap, the ``n_keep`` of one more pass in this step, or None when the step is done.

@@ -3,8 +3,7 @@
 One session streams one video at a time: :meth:`StreamingSession.start` makes the video's whole state
 (:class:`VideoState`: its cache, counts and trace). ``feed`` encodes a chunk of frames and prefills it into the
 cache with causal positions; when the video part of the cache holds |M| (``budget``) tokens or more, every layer is
-compressed to |C| = c_ratio * |M| tokens per KV head by the policy. When a pass is due, whether it runs during the
-chunk's forward (over KIVI, each layer as the forward leaves it: :meth:`StreamCache.after_attention`) or after it,
+compressed to |C| = c_ratio * |M| tokens per KV head by the policy, after the chunk's forward. When a pass is due,
 and how a budget given in bytes is held on the bytes the cache really occupies, is the :class:`Schedule`'s
 (:mod:`infinipotv.stream.schedule`); each step's record is :mod:`infinipotv.stream.trace`'s. ``ask``
 answers on the current memory in the cache's transient mode, so the question and answer are gone afterwards and the
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 import re
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -151,8 +149,8 @@ class StreamingSession:
 
     # -- streaming ------------------------------------------------------------------------------------------------
     def _encode(self, frames: np.ndarray) -> None:
-        """One step: encode the chunk, prefill it (compressing during the forward when the schedule says so),
-        compress after it otherwise, hold the byte cap, then record the step."""
+        """One step: encode the chunk, prefill it, compress when the schedule says so, hold the byte cap, then
+        record the step."""
         a, v = self.adapter, self.video
         sync(a.device)
         t0 = time.perf_counter()
@@ -161,15 +159,12 @@ class StreamingSession:
         n = chunk.embeds.shape[0]
         before = v.video_tokens + n
         clock = PassClock(a.device)
-        due = self.schedule.due(before, v.cache.stores[0].read_is_view) if self.schedule else None
-        during = due is not None and due.during_forward
-        with v.cache.after_attention(self._during_forward(due.n_keep, clock)) if during else nullcontext():
-            self._prefill(chunk.embeds, chunk.positions, torch.arange(v.vision_tokens, v.vision_tokens + n))
-        if due is not None:
-            if not during:
-                clock.bytes_before = self._held_bytes()
-                with clock.timed():
-                    self._pass(due.n_keep)
+        self._prefill(chunk.embeds, chunk.positions, torch.arange(v.vision_tokens, v.vision_tokens + n))
+        n_keep = self.schedule.due(before) if self.schedule else None
+        if n_keep is not None:
+            clock.bytes_before = self._held_bytes()
+            with clock.timed():
+                self._pass(n_keep)
             clock.passes += 1
         self._hold_byte_cap(clock)
         sync(a.device)
@@ -222,37 +217,20 @@ class StreamingSession:
 
     @torch.inference_mode()
     def _pass(self, n_keep: int) -> None:
-        """One pass over every layer after the forward: each store read again."""
-        compress = self._layer_pass(n_keep)
+        """One pass over every layer after the forward, a layer at a time (over KIVI one layer's dequantized keys
+        and values are alive at once)."""
         for layer, store in enumerate(self.video.cache.stores):
-            compress(layer, *store.read())
+            self._compress_layer(layer, store, n_keep)
 
-    def _during_forward(self, n_keep: int, clock: PassClock) -> Callable[[int, torch.Tensor, torch.Tensor], None]:
-        """The pass as :meth:`StreamCache.after_attention` runs it: each layer's bytes counted (untimed), then the
-        layer compressed (timed)."""
-        timed, stores = clock.timing(self._layer_pass(n_keep)), self.video.cache.stores
-
-        def run(layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-            clock.bytes_before += sum(stores[layer].nbytes().values())
-            timed(layer, keys, values)
-
-        return run
-
-    def _layer_pass(self, n_keep: int) -> Callable[[int, torch.Tensor, torch.Tensor], None]:
-        """Compress one layer, given the keys and values its store holds: keep the prefix and the policy's
-        ``n_keep`` video tokens per head."""
-        v, n_layers = self.video, self.adapter.n_layers
+    def _compress_layer(self, layer: int, store: KVStore, n_keep: int) -> None:
+        """Keep the prefix and the policy's ``n_keep`` video tokens per head of one layer's store."""
+        v = self.video
         p = v.prefix_len
-
-        @torch.inference_mode()
-        def compress(layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-            store = v.cache.stores[layer]
-            layout = FrameLayout(token_ids=store.token_ids()[:, p:].long(), grid=v.grid)
-            kept = self.policy(keys[:, p:], values[:, p:], layout, n_keep, layer, n_layers)
-            prefix = torch.arange(p, device=kept.device).expand(kept.shape[0], p)
-            store.keep(torch.cat([prefix, kept + p], dim=1))
-
-        return compress
+        keys, values = store.read()
+        layout = FrameLayout(token_ids=store.token_ids()[:, p:].long(), grid=v.grid)
+        kept = self.policy(keys[:, p:], values[:, p:], layout, n_keep, layer, self.adapter.n_layers)
+        prefix = torch.arange(p, device=kept.device).expand(kept.shape[0], p)
+        store.keep(torch.cat([prefix, kept + p], dim=1))
 
     # -- questions ------------------------------------------------------------------------------------------------
     def ask(

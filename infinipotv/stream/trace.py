@@ -7,7 +7,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import psutil
 import torch
@@ -23,9 +23,8 @@ class CompressRecord:
     tokens_after: int
     seconds: float
     passes: int = 1  # more than one when a byte cap made the session keep fewer than |C| tokens
-    # The stores' bytes just before the step's first pass, layer by layer as each is compressed: the cache with the
-    # chunk in every layer, its largest moment (over KIVI a bound: the pass compresses each layer as soon as the
-    # forward is done with it, so the layers never all hold the chunk at once). Host-side counts, not timed.
+    # The stores' bytes just before the step's first pass: the cache with the chunk in every layer, its largest
+    # moment. Host-side counts, not timed.
     bytes_before: int = 0
 
 
@@ -94,7 +93,7 @@ class PassClock:
     device: torch.device
     seconds: float = 0.0
     passes: int = 0
-    bytes_before: int = 0  # CompressRecord.bytes_before, added up by the session outside the timed calls
+    bytes_before: int = 0  # CompressRecord.bytes_before, read by the session before the timed pass
 
     @contextmanager
     def timed(self) -> Iterator[None]:
@@ -105,15 +104,6 @@ class PassClock:
         finally:
             sync(self.device)
             self.seconds += time.perf_counter() - t0
-
-    def timing(self, fn: Callable[..., None]) -> Callable[..., None]:
-        """``fn`` timed on every call (each layer of a pass made during the forward)."""
-
-        def timed_fn(*args: object) -> None:
-            with self.timed():
-                fn(*args)
-
-        return timed_fn
 
     def record(self, tokens_before: int, tokens_after: int) -> CompressRecord | None:
         """The step's compression record, or None when it made no pass."""

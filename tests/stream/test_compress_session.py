@@ -97,47 +97,14 @@ def test_a_chunk_too_large_for_the_budget_is_refused(tiny_qwen2vl):
         session.feed(video(8), fps=2.0)
 
 
-class CopiedOnRead(FullPrecisionStore):
-    """A full-precision store the session treats like KIVI's (compressed during the forward)."""
-
-    read_is_view = False
-
-
-@pytest.mark.parametrize(
-    "make_store",
-    [lambda: CopiedOnRead(torch.float32), lambda: KiviStore(4, 32, 8, torch.float16)],
-    ids=["fp32", "int4-fp16"],
-)
-def test_the_pass_made_during_the_forward_leaves_what_a_pass_after_it_would(tiny_qwen2vl, make_store):
-    """Over a store whose read is not free the session compresses each layer as soon as the chunk's forward is done
-    with it; the spec's order is one pass over every layer after the prefill (``_pass``, what full-precision stores
-    get). Same memory, bit for bit, at every step."""
-    policy, frames, n_keep = build("tar_van_pool"), video(), compressed_size(BUDGET, C_RATIO)
-    during = StreamingSession(tiny_qwen2vl, policy, BUDGET, C_RATIO, make_store)
-    after = StreamingSession(tiny_qwen2vl, policy, 10**6, C_RATIO, make_store)  # never compresses by itself
-    for session in (during, after):
-        session.start("v")
-    for i in range(0, len(frames), CHUNK):
-        during.feed(frames[i : i + CHUNK], fps=2.0)
-        after.feed(frames[i : i + CHUNK], fps=2.0)
-        if after.video.video_tokens >= BUDGET:
-            after._pass(n_keep)
-        for a, b in zip(during.video.cache.stores, after.video.cache.stores):
-            assert torch.equal(a.token_ids(), b.token_ids())
-            assert all(torch.equal(x, y) for x, y in zip(a.read(), b.read()))
-    assert sum(s.compress is not None for s in during.trace) >= 3
-    asked = [s.ask("What is shown?", max_new_tokens=3) for s in (during, after)]
-    assert asked[0].tokens == asked[1].tokens and torch.equal(asked[0].first_logprobs, asked[1].first_logprobs)
-
-
 @pytest.mark.parametrize(
     "make_store",
     [lambda: FullPrecisionStore(torch.float32), lambda: KiviStore(4, 32, 8, torch.float32)],
-    ids=["after-forward", "during-forward"],
+    ids=["fp32", "int4"],
 )
 def test_a_pass_records_the_bytes_the_chunk_brought(tiny_qwen2vl, make_store, monkeypatch):
     """``compress.bytes_before`` is what every layer held just before it was compressed: here measured by reading
-    each store as the pass reaches it, whichever way the pass runs (after the forward, or layer by layer in it)."""
+    each store as the pass reaches it."""
     seen: dict[int, int] = {}
     keep = {store: store.keep for store in (FullPrecisionStore, KiviStore)}
 

@@ -1,4 +1,4 @@
-"""The compression schedule on its own: when a pass is due, where it runs, and the byte cap's further passes."""
+"""The compression schedule on its own: when a pass is due, and the byte cap's further passes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from infinipotv.compress import build
 from infinipotv.kv import FullPrecisionStore
 from infinipotv.kv.accounting import Storage, cache_bytes
-from infinipotv.stream.schedule import ByteCap, Pass, Schedule
+from infinipotv.stream.schedule import ByteCap, Schedule
 from infinipotv.stream.session import StreamingSession
 
 SHAPE = (2, 2, 32)  # layers, KV heads, head_dim
@@ -17,19 +17,15 @@ SHAPE = (2, 2, 32)  # layers, KV heads, head_dim
 def test_a_pass_is_due_from_budget_tokens_down_to_c():
     s = Schedule.of(48, 0.75)
     assert s.n_keep == 36
-    assert s.due(47, read_is_view=True) is None
-    assert s.due(48, read_is_view=True) == Pass(n_keep=36, during_forward=False)
-    assert s.due(60, read_is_view=True) == Pass(n_keep=36, during_forward=False)
-
-
-def test_a_store_whose_read_copies_is_compressed_during_the_forward():
-    assert Schedule.of(48, 0.75).due(50, read_is_view=False) == Pass(n_keep=36, during_forward=True)
+    assert s.due(47) is None
+    assert s.due(48) == 36
+    assert s.due(60) == 36
 
 
 def test_a_pass_always_evicts_one_token_at_least():
     """|C| is below |M|, but a pass is never asked to keep all the tokens it sees."""
     s = Schedule(budget=3, n_keep=3)
-    assert s.due(3, read_is_view=True).n_keep == 2
+    assert s.due(3) == 2
 
 
 def test_a_chunk_must_hold_fewer_than_m_minus_c_tokens():
