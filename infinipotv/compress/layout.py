@@ -120,15 +120,12 @@ def _pseudo_frames(n_tokens: int, grid: tuple[int, int], heads: int, device: tor
 
 def frame_coords(layout: FrameLayout, frame_view: str, n_tokens: int) -> FrameCoords:
     """Place the region's ``n_tokens`` tokens in frames under ``frame_view`` (see the module docstring)."""
-    p = layout.tokens_per_frame
-    n_frames = math.ceil(n_tokens / p)
-    ids = layout.token_ids
     if frame_view == "pseudo_frames":
-        return _pseudo_frames(n_tokens, tuple(layout.grid), ids.shape[0], ids.device)
+        return _pseudo_frames(n_tokens, tuple(layout.grid), layout.token_ids.shape[0], layout.token_ids.device)
     if frame_view == "grid_aware":
-        ids = ids.long()
+        p = layout.tokens_per_frame
+        ids = layout.token_ids.long()
         true_frame = ids // p
-        first = int(true_frame.min())
-        frame = true_frame - first
-        return FrameCoords(frame, ids % p, int(frame.max()) + 1, n_frames, layout.grid)
+        frame = true_frame - int(true_frame.min())
+        return FrameCoords(frame, ids % p, int(frame.max()) + 1, math.ceil(n_tokens / p), layout.grid)
     raise ValueError(f"frame_view={frame_view!r} is unknown; use one of {', '.join(FRAME_VIEWS)}")
