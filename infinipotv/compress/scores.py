@@ -59,14 +59,49 @@ def tar_scores(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool = 
     (which ranks the past tokens the other way round: most redundant first).
 
     The mean cosine over recent frames is one dot product: Khat[t, s] . sum_t' Khat[t', s] / count(s), so no
-    [T, r] similarity matrix is ever built. Frames grow along each head's stream order, so the recent tokens are a
-    suffix of at most r * p tokens: only that suffix is placed in a dense [r, p] grid, by a plain row copy (cells are
-    unique; deterministic on GPU, unlike scatter-add; suffix tokens that are not recent go to a dump row), and summed
-    over frames. A slot with no recent token (possible in the grid-aware view after evictions) counts as cosine 0.
-    Rows are moved with ``index_copy_``/``index_select`` on flattened (head, row) indices: one index per row of D
-    values, where ``scatter``/``gather`` would read an expanded index per value. On a CPU the normalisation and
-    dot product of every token are one kernel (:mod:`.native`, the same bits); only the suffix is normalised here.
+    [T, r] similarity matrix is ever built. In the pseudo-frames view the recent frames are the last r * p tokens,
+    whole frames (:func:`_tar_whole_frames`); in the grid-aware view they are found per token
+    (:func:`_tar_any_frames`). On a CPU the normalisation and dot product of every past token are one kernel
+    (:mod:`.native`, the same bits); only the recent tokens are normalised here.
     """
+    if coords.offset is not None:
+        return _tar_whole_frames(keys, coords, r, reverse)
+    return _tar_any_frames(keys, coords, r, reverse)
+
+
+def _tar_whole_frames(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool) -> torch.Tensor:
+    """The pseudo-frames view: the newest frames are whole at the end of every head, so the r recent frames are the
+    last r * p tokens (or every token, when r is all the frames), each slot counts r of them, and their sums are
+    one reduction of a view: no per-token coordinates are read, and the same sums and quotients as
+    :func:`_tar_any_frames`, bit for bit (the tests compare the two)."""
+    heads, n_tokens, dim = keys.shape
+    p = coords.tokens_per_frame
+    past = n_tokens - r * p
+    if past <= 0:
+        return keys.new_full((heads, n_tokens), math.inf, dtype=torch.float32)
+    fused = native.applies(keys)
+    unit = None if fused else unit_keys(keys)
+    recent = unit_keys(keys[:, past:]) if fused else unit[:, past:]
+    sums = recent.view(heads, r, p, dim).sum(1)
+    if fused:
+        similarity = native.unit_dot(keys, KEY_EPS, coords.slot, sums, tokens=past)
+    else:
+        similarity = _periodic_dot(unit, sums, coords.offset)
+    # a one-element tensor, not a Python number: on a GPU a scalar divisor becomes a product by its reciprocal
+    score = similarity.div_(similarity.new_full((1,), r))
+    if not reverse:
+        score.neg_()
+    score[:, past:] = math.inf
+    return score
+
+
+def _tar_any_frames(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool) -> torch.Tensor:
+    """The grid-aware view: frames grow along each head's stream order, so the recent tokens are a suffix of at
+    most r * p tokens; only that suffix is placed in a dense [r, p] grid, by a plain row copy (cells are unique;
+    deterministic on GPU, unlike scatter-add; suffix tokens that are not recent go to a dump row), and summed over
+    frames. A slot with no recent token (possible after evictions) counts as cosine 0. Rows are moved with
+    ``index_copy_``/``index_select`` on flattened (head, row) indices: one index per row of D values, where
+    ``scatter``/``gather`` would read an expanded index per value."""
     heads, n_tokens, dim = keys.shape
     p, cells = coords.tokens_per_frame, r * coords.tokens_per_frame
     fused = native.applies(keys)
@@ -74,8 +109,7 @@ def tar_scores(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool = 
     unit = unit_keys(keys[:, suffix] if fused else keys)  # the kernel normalises every token itself
     unit_suffix = unit if fused else unit[:, suffix]
     recent = coords.recent(r)
-    oldest_recent = coords.n_grid_frames - r
-    cell = (coords.frame[:, suffix] - oldest_recent) * p + coords.slot[:, suffix]
+    cell = (coords.frame[:, suffix] - (coords.n_grid_frames - r)) * p + coords.slot[:, suffix]
     target = torch.where(recent[:, suffix], cell, cells)  # others: dump row r*p
     head_rows = torch.arange(heads, device=keys.device).unsqueeze(1)
     flat = (target + head_rows * (cells + 1)).reshape(-1)
@@ -84,15 +118,12 @@ def tar_scores(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool = 
     sums = dense.view(heads, cells + 1, dim)[:, :cells].reshape(heads, r, p, dim).sum(1)
     counts = present.view(heads, cells + 1)[:, :cells].reshape(heads, r, p).sum(1)
     slot = coords.slot
-    if fused:  # in the pseudo-frames view the recent tokens are the last ones: their scores are set below
-        past = n_tokens if coords.offset is None else max(0, oldest_recent * p - coords.offset)
-        similarity = native.unit_dot(keys, KEY_EPS, slot, sums, tokens=past)
-    elif coords.offset is None:
+    if fused:
+        similarity = native.unit_dot(keys, KEY_EPS, slot, sums)
+    else:
         flat_slot = (slot + head_rows * p).reshape(-1)
         picked = sums.reshape(heads * p, dim).index_select(0, flat_slot).view(heads, n_tokens, dim)
         similarity = picked.mul_(unit).sum(-1)  # in place: picked is a fresh copy
-    else:
-        similarity = _periodic_dot(unit, sums, coords.offset)  # consumes unit (in place)
     mean_cos = similarity / counts.gather(1, slot).clamp(min=1)
     score = mean_cos if reverse else -mean_cos
     return score.masked_fill(recent, math.inf)

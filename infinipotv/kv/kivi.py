@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infinipotv.kv import native
+from infinipotv.kv import native, ragged_native
 from infinipotv.kv.accounting import Layout, Storage
 from infinipotv.kv.quant import check_bits, dequantize_grouped, quantize, unpack_codes
 from infinipotv.kv.ragged import (
@@ -54,6 +54,10 @@ from infinipotv.kv.store import POSITION_DTYPE, KVStore
 
 KEY_BLOCK_BYTES = 1 << 21  # CPU, PyTorch path: key scale/zero rows gathered per block of tokens of about this size
 GROUP_COUNT_DTYPE = torch.int16  # survivors per key group (<= group_size), with the [H] lengths the bookkeeping
+INDEX_ERRORS = {
+    "outside": "indices must lie in [0, {tokens}) (positions in the current token order)",
+    "unsorted": "indices must be strictly increasing along each head (sort them before keep())",
+}
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,10 @@ class KiviStore(KVStore):
 
     def keep(self, indices: torch.Tensor) -> None:
         indices = self._check_indices(indices)
+        if ragged_native.applies(indices.device):
+            self._keep_planned(indices)
+            return
+        self._check_order(indices)
         n = indices.shape[1]
         nq, lq = self._nq.device, self._k_codes.shape[1]
         kept_q = HeadLengths.from_device((indices < nq.unsqueeze(1)).sum(dim=1))  # the new shapes depend on it
@@ -218,6 +226,24 @@ class KiviStore(KVStore):
         self._ids = self._ids.gather(1, indices)
         self._nq = kept_q
 
+    def _keep_planned(self, indices: torch.Tensor) -> None:
+        """:meth:`keep` with its rows from :func:`~infinipotv.kv.ragged_native.keep_plan` (one call, checks
+        included): the same rows moved the same way, so the same tensors, padding included."""
+        plan = ragged_native.keep_plan(indices, len(self), self._nq.device, self._k_count, self._k_codes.shape[1])
+        if isinstance(plan, str):
+            raise ValueError(INDEX_ERRORS[plan].format(tokens=len(self)))
+        if self._k_codes.shape[1]:
+            flat = plan.quantized_rows
+            self._k_codes, self._v_codes = take_rows(self._k_codes, flat), take_rows(self._v_codes, flat)
+            self._v_scale, self._v_zero = take_rows(self._v_scale, flat), take_rows(self._v_zero, flat)
+            self._k_scale = self._k_scale.index_select(0, plan.group_rows)
+            self._k_zero = self._k_zero.index_select(0, plan.group_rows)
+            self._k_count, self._ng_host = plan.counts, plan.groups
+        self._res_k = self._res_k.index_select(0, plan.residual_rows)
+        self._res_v = self._res_v.index_select(0, plan.residual_rows)
+        self._ids = self._ids.gather(1, indices)
+        self._nq = plan.quantized
+
     def read(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values dequantized straight into their ``[H, T, D]`` outputs: a head's quantized tokens are its
         first rows, so the codes of every head are dequantized in place into rows ``0 .. Lq-1`` (a head's rows past
@@ -229,31 +255,45 @@ class KiviStore(KVStore):
         d, lq = self._res_k.shape[1], self._k_codes.shape[1]
         keys = torch.empty(h, t, d, dtype=self.dtype, device=self._ids.device)
         values = torch.empty_like(keys)
+        rows, dest = self._read_rows()
         if lq:
-            self._dequantize_keys(keys[:, :lq])
+            self._dequantize_keys(keys[:, :lq], rows)
             dequantize_grouped(
                 self._v_codes, self._v_scale, self._v_zero, self.bits, self.group_size, "value", out=values[:, :lq]
             )
         if self._res_k.shape[0]:
-            # head h's residual tokens go to rows h * T + nq[h] .. (h + 1) * T - 1 of the flattened outputs
-            starts = t * torch.arange(h, device=self._ids.device) + self._nq.device
-            dest = flat_runs(starts, self.n_residual, self._res_k.shape[0])
             keys.view(-1, d).index_copy_(0, dest, self._res_k)
             values.view(-1, d).index_copy_(0, dest, self._res_v)
         return keys, values
 
-    def _dequantize_keys(self, out: torch.Tensor) -> torch.Tensor:
+    def _read_rows(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Where :meth:`read` takes and puts rows: ``[H, Lq]`` each quantized token's key scale/zero row in the
+        flat rows (:meth:`_token_groups`, then the head's first row; a head's padding tokens, past its nq[h], may
+        name a group past its own: any row will do, they are overwritten by the residual window), and each residual
+        token's row in the flattened ``[H * T]`` outputs (head h's go to rows h * T + nq[h] .. (h + 1) * T - 1).
+        On a CPU both come from one call (:mod:`~infinipotv.kv.ragged_native`)."""
+        h, t = self._ids.shape
+        lq = self._k_codes.shape[1]
+        if ragged_native.applies(self._ids.device):
+            groups, residual = self._k_scale.shape[0], self._res_k.shape[0]
+            return ragged_native.read_plan(t, self._nq.device, self._k_count, lq, groups, residual)
+        rows = dest = None
+        if lq:
+            rows = (self._token_groups() + flat_starts(self.n_key_groups).unsqueeze(1)).clamp_(
+                max=self._k_scale.shape[0] - 1
+            )
+        if self._res_k.shape[0]:
+            starts = t * torch.arange(h, device=self._ids.device) + self._nq.device
+            dest = flat_runs(starts, self.n_residual, self._res_k.shape[0])
+        return rows, dest
+
+    def _dequantize_keys(self, out: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """``q * scale + zero`` of the quantized keys into ``out`` ``[H, Lq, D]``. Key groups hold different numbers
-        of survivors, so each token's scale/zero row is gathered (:meth:`_token_groups`, then the head's first row in
-        the flat rows); the CPU kernels of :mod:`~infinipotv.kv.native` read each token's row in place; the PyTorch
-        path gathers them in blocks of tokens of about ``KEY_BLOCK_BYTES`` on a CPU, so no full-size copy of the
-        scales is made (on a GPU, one block: its allocator reuses memory and fewer launches win). The same products
-        and sums."""
+        of survivors, so each token reads its own scale/zero row, ``rows`` (:meth:`_read_rows`); the CPU kernels of
+        :mod:`~infinipotv.kv.native` read it in place; the PyTorch path gathers them in blocks of tokens of about
+        ``KEY_BLOCK_BYTES`` on a CPU, so no full-size copy of the scales is made (on a GPU, one block: its allocator
+        reuses memory and fewer launches win). The same products and sums."""
         h, lq, d = out.shape
-        ng = self.n_key_groups
-        # a head's padding tokens (past its nq[h]) may name a group past its own: any row will do, they are
-        # overwritten by the residual window
-        rows = (self._token_groups() + flat_starts(ng).unsqueeze(1)).clamp_(max=self._k_scale.shape[0] - 1)
         if native.applies(out.device, out.dtype, d, self.group_size, "key"):
             return native.dequantize_key(
                 self._k_codes, self._k_scale, self._k_zero, self.bits, self.group_size, groups=rows, out=out
@@ -424,7 +464,8 @@ class KiviStore(KVStore):
         self._k_count = counts.gather(1, order).to(GROUP_COUNT_DTYPE)
 
     def _check_indices(self, indices: torch.Tensor) -> torch.Tensor:
-        """The indices as int64 after checking shape, range and order (a silent mis-gather would corrupt the cache)."""
+        """The indices as int64 after checking their shape and type (range and order: :meth:`_check_order`, or the
+        row plan itself; a silent mis-gather would corrupt the cache)."""
         if self._ids is None:
             raise RuntimeError("keep() on an empty KiviStore: append tokens first")
         h, t = self._ids.shape
@@ -432,12 +473,14 @@ class KiviStore(KVStore):
             raise ValueError(f"indices must be [heads={h}, n <= {t}], got {tuple(indices.shape)}")
         if indices.is_floating_point() or indices.dtype == torch.bool:
             raise TypeError(f"indices must be an integer tensor of token positions, got {indices.dtype}")
-        if indices.shape[1]:  # one read-back from the device for both checks
-            out_of_range, unsorted = torch.stack(
+        return indices.long()
+
+    def _check_order(self, indices: torch.Tensor) -> None:
+        """Every index in [0, T) and strictly increasing along each head, with one read-back from the device."""
+        if indices.shape[1]:
+            t = len(self)
+            outside, unsorted = torch.stack(
                 [(indices.min() < 0) | (indices.max() >= t), (indices[:, 1:] <= indices[:, :-1]).any()]
             ).tolist()
-            if out_of_range:
-                raise ValueError(f"indices must lie in [0, {t}) (positions in the current token order)")
-            if unsorted:
-                raise ValueError("indices must be strictly increasing along each head (sort them before keep())")
-        return indices.long()
+            if outside or unsorted:
+                raise ValueError(INDEX_ERRORS["outside" if outside else "unsorted"].format(tokens=t))

@@ -153,7 +153,7 @@ def flat_take_index(
     None = 0): rows of a flat part to keep, when ``rows`` names them. ``total`` = ``kept.sum()``, known on the
     host."""
     h, width = rows.shape
-    starts = torch.arange(0, h * width, width, device=rows.device)
+    starts = torch.arange(h, device=rows.device) * width  # width may be 0 (nothing kept)
     return rows.reshape(-1).index_select(0, flat_runs(starts if first is None else starts + first, kept, total))
 
 
