@@ -3,7 +3,8 @@ PyTorch's kernels.
 
 Why: on one CPU thread PyTorch runs ``tar_scores`` and ``van_scores`` as seven full passes over ``[H, T, D]``
 float32 tensors (conversion, norm, division, product, sum), each at memory speed: most of a compression pass's time
-at the paper's |M|. The kernels do the same operations in the same order (see the C source), so the kept indices
+at the paper's |M|; even the unit keys of TaR's recent frames alone, four small operations per layer, took 7% of a
+pass. The kernels do the same operations in the same order (see the C source), so the kept indices
 do not change.
 
 Built like the KIVI codec (:func:`infinipotv.native.compiled`: the system C compiler, AVX2 + F16C, the harness's
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import subprocess
 import sys
@@ -37,10 +39,27 @@ ENV = "INFINIPOTV_NATIVE_SCORES"
 DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 CHECK_DIMS = (8, 24, 64, 128, 136)  # head_dims the load check covers (4 accumulators, leftovers, fewer than 4)
 
-_p, _i64 = ctypes.c_void_p, ctypes.c_int64
+_p, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
     "row_norms": [_p, _i64, _i64, _i64, _i64, _p],
-    "unit_dot": [_p, _i64, _i64, _i64, _i64, ctypes.c_float, _p, _i64, _p, _i64, _i64, _p],
+    "unit_dot": [
+        _p,
+        _i64,
+        _i64,
+        _i64,
+        _i64,
+        ctypes.c_float,
+        _p,
+        _i64,
+        _p,
+        _i64,
+        _i64,
+        ctypes.c_float,
+        _int,
+        ctypes.c_float,
+        _p,
+    ],
+    "unit_rows": [_p, _i64, _i64, _i64, _i64, ctypes.c_float, _p],
 }
 ASCENDING_ERRORS = {1: "outside", 2: "repeated"}
 
@@ -92,31 +111,34 @@ def applies(x: torch.Tensor) -> bool:
     return lib is not None and d <= lib.scores_max_head_dim()
 
 
-def _run(lib: ctypes.CDLL, name: str, x: torch.Tensor, *args: object, tokens: int | None = None) -> torch.Tensor:
-    """``[H, T]`` float32 out of kernel ``name`` over ``x`` ``[H, T, D]``; ``tokens``: only the first that many
-    tokens of each head are computed (the rest of out is 0)."""
-    h, t, d = x.shape
-    n = t if tokens is None else tokens
-    out = torch.empty(h, t, dtype=torch.float32)
-    out[:, n:] = 0
-    getattr(lib, f"{name}_{DTYPES[x.dtype]}")(x.data_ptr(), h, n, d, x.stride(0), *args, out.data_ptr())
-    return out
-
-
 def row_norms(x: torch.Tensor) -> torch.Tensor:
     """``x.float().norm(dim=-1)`` of ``x`` ``[H, T, D]`` (:func:`applies`), bit for bit."""
-    return _run(library(), "row_norms", x)
+    return _row_norms(library(), x)
+
+
+def unit_rows(keys: torch.Tensor, eps: float) -> torch.Tensor:
+    """``F.normalize(keys.float(), dim=-1, eps=eps)`` computed as :func:`~infinipotv.compress.scores.unit_keys`
+    does, ``[H, T, D]`` float32, bit for bit."""
+    return _unit_rows(library(), keys, eps)
 
 
 def unit_dot(
-    keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor, tokens: int | None = None
+    keys: torch.Tensor,
+    eps: float,
+    slot: torch.Tensor,
+    sums: torch.Tensor,
+    tokens: int | None = None,
+    divisor: float = 1.0,
+    negate: bool = False,
+    rest: float = 0.0,
 ) -> torch.Tensor:
-    """``(unit * sums[h, slot]).sum(-1)``, ``[H, T]``, where ``unit = F.normalize(keys.float(), dim=-1, eps=eps)``
-    computed as :func:`~infinipotv.compress.scores.unit_keys` does; ``slot`` ``[H, T]`` int64 (rows may be one row
-    expanded over the heads), ``sums`` ``[H, P, D]`` float32. Bit for bit the products and sums of the PyTorch
-    path. ``tokens``: only each head's first that many are computed (the others are 0), e.g. when the rest is
-    overwritten anyway."""
-    return _unit_dot(library(), keys, eps, slot, sums, tokens)
+    """``(unit * sums[h, slot]).sum(-1) / divisor``, negated where ``negate``, ``[H, T]``, where ``unit =
+    F.normalize(keys.float(), dim=-1, eps=eps)`` computed as :func:`~infinipotv.compress.scores.unit_keys` does;
+    ``slot`` ``[H, T]`` int64 (rows may be one row expanded over the heads), ``sums`` ``[H, P, D]`` float32. Bit for
+    bit the products and sums of the PyTorch path, then its quotient by a float32 tensor holding ``divisor`` (exact
+    for 1) and its negation. ``tokens``: only each head's first that many are computed, the others are ``rest``
+    (TaR's recent frames: +inf)."""
+    return _unit_dot(library(), keys, eps, slot, sums, tokens, divisor, negate, rest)
 
 
 def takes_indices(kept: torch.Tensor) -> bool:
@@ -135,28 +157,47 @@ def ascending(kept: torch.Tensor, n_tokens: int) -> tuple[torch.Tensor, str]:
     return out, ASCENDING_ERRORS.get(status, "")
 
 
+def _unit_rows(lib: ctypes.CDLL, keys: torch.Tensor, eps: float) -> torch.Tensor:
+    h, t, d = keys.shape
+    out = torch.empty(h, t, d, dtype=torch.float32)
+    getattr(lib, f"unit_rows_{DTYPES[keys.dtype]}")(
+        keys.data_ptr(), h, t, d, keys.stride(0), ctypes.c_float(eps), out.data_ptr()
+    )
+    return out
+
+
+def _row_norms(lib: ctypes.CDLL, x: torch.Tensor) -> torch.Tensor:
+    h, t, d = x.shape
+    out = torch.empty(h, t, dtype=torch.float32)
+    getattr(lib, f"row_norms_{DTYPES[x.dtype]}")(x.data_ptr(), h, t, d, x.stride(0), out.data_ptr())
+    return out
+
+
 def _unit_dot(
-    lib: ctypes.CDLL, keys: torch.Tensor, eps: float, slot: torch.Tensor, sums: torch.Tensor, tokens: int | None = None
+    lib: ctypes.CDLL,
+    keys: torch.Tensor,
+    eps: float,
+    slot: torch.Tensor,
+    sums: torch.Tensor,
+    tokens: int | None = None,
+    divisor: float = 1.0,
+    negate: bool = False,
+    rest: float = 0.0,
 ) -> torch.Tensor:
-    h, t, _ = keys.shape
+    h, t, d = keys.shape
     slot = slot.to(torch.int64)
     if slot.stride(0) == 0:
         rows, ss = slot[0].contiguous(), 0
     else:
         rows, ss = slot.contiguous(), t
     sums = sums.to(torch.float32).contiguous()
-    return _run(
-        lib,
-        "unit_dot",
-        keys,
-        ctypes.c_float(eps),
-        rows.data_ptr(),
-        ss,
-        sums.data_ptr(),
-        sums.shape[1],
-        t,
-        tokens=tokens,
+    out = torch.empty(h, t, dtype=torch.float32)
+    getattr(lib, f"unit_dot_{DTYPES[keys.dtype]}")(
+        *(keys.data_ptr(), h, t if tokens is None else tokens, d, keys.stride(0), ctypes.c_float(eps)),
+        *(rows.data_ptr(), ss, sums.data_ptr(), sums.shape[1], t),
+        *(ctypes.c_float(divisor), int(negate), ctypes.c_float(rest), out.data_ptr()),
     )
+    return out
 
 
 def _mismatch(lib: ctypes.CDLL) -> str:
@@ -171,13 +212,23 @@ def _mismatch(lib: ctypes.CDLL) -> str:
         slot = torch.randint(0, 12, (3, 97), generator=gen)
         for dtype in DTYPES:
             x = base.to(dtype)
-            if not torch.equal(_run(lib, "row_norms", x), x.float().norm(dim=-1)):
+            if not torch.equal(_row_norms(lib, x), x.float().norm(dim=-1)):
                 return f"row norms, {dtype}, head_dim {d}"
             k = x.float()
             unit = k / k.norm(dim=-1, keepdim=True).clamp_min_(1e-9)
             want = (unit * sums.gather(1, slot.unsqueeze(-1).expand(-1, -1, d))).sum(-1)
+            if not torch.equal(_unit_rows(lib, x, 1e-9), unit):
+                return f"unit keys, {dtype}, head_dim {d}"
             got = _unit_dot(lib, x, 1e-9, slot, sums)
             part = _unit_dot(lib, x, 1e-9, slot, sums, tokens=50)
-            if not (torch.equal(got, want) and torch.equal(part[:, :50], want[:, :50]) and not part[:, 50:].any()):
+            tar = _unit_dot(lib, x, 1e-9, slot, sums, tokens=50, divisor=3.0, negate=True, rest=math.inf)
+            quotient = -(want / torch.full((1,), 3.0))
+            if not (
+                torch.equal(got, want)
+                and torch.equal(part[:, :50], want[:, :50])
+                and not part[:, 50:].any()
+                and torch.equal(tar[:, :50], quotient[:, :50])
+                and bool((tar[:, 50:] == math.inf).all())
+            ):
                 return f"unit dot products, {dtype}, head_dim {d}"
     return ""

@@ -47,8 +47,10 @@ def van_scores(values: torch.Tensor) -> torch.Tensor:
 
 def unit_keys(keys: torch.Tensor) -> torch.Tensor:
     """``F.normalize(keys.float(), dim=-1, eps=KEY_EPS)``, computed as it does (``x / max(||x||, eps)``), in fp32.
-    Half-precision keys are converted once into a copy that is then divided in place (no second [H, T, D] tensor);
-    fp32 keys (the caller's own tensor) get a fresh result."""
+    On a CPU one kernel (:mod:`.native`, the same bits); else half-precision keys are converted once into a copy that
+    is then divided in place (no second [H, T, D] tensor); fp32 keys (the caller's own tensor) get a fresh result."""
+    if native.applies(keys):
+        return native.unit_rows(keys, KEY_EPS)
     k = keys.float()
     denom = k.norm(dim=-1, keepdim=True).clamp_min_(KEY_EPS)
     return k.div_(denom) if k.data_ptr() != keys.data_ptr() else k / denom
@@ -81,12 +83,13 @@ def _tar_whole_frames(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: 
         return keys.new_full((heads, n_tokens), math.inf, dtype=torch.float32)
     fused = native.applies(keys)
     unit = None if fused else unit_keys(keys)
-    recent = unit_keys(keys[:, past:]) if fused else unit[:, past:]
+    recent = unit_keys(keys[:, past:]) if fused else unit[:, past:]  # the kernel normalises the past tokens itself
     sums = recent.view(heads, r, p, dim).sum(1)
-    if fused:
-        similarity = native.unit_dot(keys, KEY_EPS, coords.slot, sums, tokens=past)
-    else:
-        similarity = _periodic_dot(unit, sums, coords.offset)
+    if fused:  # the quotient, its sign and the recent frames' +inf in the same kernel, the same bits
+        return native.unit_dot(
+            keys, KEY_EPS, coords.slot, sums, tokens=past, divisor=r, negate=not reverse, rest=math.inf
+        )
+    similarity = _periodic_dot(unit, sums, coords.offset)
     # a one-element tensor, not a Python number: on a GPU a scalar divisor becomes a product by its reciprocal
     score = similarity.div_(similarity.new_full((1,), r))
     if not reverse:

@@ -81,9 +81,18 @@ static inline __m256 sums8(const __m256 *v, int64_t n) {
     return s;
 }
 
+/* The rows AHEAD rows on are requested from memory while these are computed: a pass reads the cache after the
+   forward pushed it out of the caches, and without the request every block would wait for memory in turn. */
+#define AHEAD 32
+
+static inline void prefetch_rows(const void *p, int64_t bytes) {
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch((const char *)p + b);
+}
+
 /* Rows come 8 at a time, vector i of row r in v[8 * i + r]; a last group of fewer than 8 rows repeats its last
    row (its results are not stored). */
 #define GATHER8(LOAD, T, x, hs, dim, tokens, h, t0, n, v)                                                            \
+    prefetch_rows(x + h * hs + (t0 + AHEAD) * dim, (t0 + AHEAD + 8 <= tokens ? 8 : 0) * dim * (int64_t)sizeof(T)); \
     for (int r = 0; r < 8; r++) {                                                                                  \
         int64_t t = t0 + r < tokens ? t0 + r : tokens - 1;                                                         \
         const T *row = x + h * hs + t * dim;                                                                       \
@@ -106,8 +115,22 @@ static inline void store8(float *out, int64_t count, __m256 s) {
             store8(out + t0, tokens - t0 < 8 ? tokens - t0 : 8, norms8(v, n));                                      \
         }                                                                                                           \
     }                                                                                                               \
+    static inline void units_##NAME(const T *x, int64_t tokens, int64_t dim, int64_t n, float eps, float *out) {  \
+        __m256 v[MAXD];                                                                                             \
+        float norm[8];                                                                                              \
+        for (int64_t t0 = 0; t0 < tokens; t0 += 8) {                                                                \
+            GATHER8(LOAD, T, x, 0, dim, tokens, 0, t0, n, v)                                                        \
+            _mm256_storeu_ps(norm, norms8(v, n));                                                                   \
+            for (int r = 0; r < 8 && t0 + r < tokens; r++) {                                                        \
+                __m256 d = _mm256_set1_ps(norm[r] < eps ? eps : norm[r]);                                           \
+                float *o = out + (t0 + r) * dim;                                                                    \
+                for (int64_t i = 0; i < n; i++) _mm256_storeu_ps(o + 8 * i, _mm256_div_ps(v[8 * i + r], d));       \
+            }                                                                                                       \
+        }                                                                                                           \
+    }                                                                                                               \
     static inline void dots_##NAME(const T *x, int64_t tokens, int64_t dim, int64_t n, float eps,                 \
-                                   const int64_t *slot, const float *sums, float *out) {                            \
+                                   const int64_t *slot, const float *sums, __m256 divisor, __m256 sign,            \
+                                   float *out) {                                                                    \
         __m256 v[MAXD];                                                                                             \
         float norm[8];                                                                                              \
         for (int64_t t0 = 0; t0 < tokens; t0 += 8) {                                                                \
@@ -120,7 +143,8 @@ static inline void store8(float *out, int64_t count, __m256 s) {
                 for (int64_t i = 0; i < n; i++)                                                                     \
                     v[8 * i + r] = _mm256_mul_ps(_mm256_div_ps(v[8 * i + r], d), _mm256_loadu_ps(s + 8 * i));      \
             }                                                                                                       \
-            store8(out + t0, tokens - t0 < 8 ? tokens - t0 : 8, sums8(v, n));                                       \
+            __m256 s = _mm256_xor_ps(_mm256_div_ps(sums8(v, n), divisor), sign);                                 \
+            store8(out + t0, tokens - t0 < 8 ? tokens - t0 : 8, s);                                                 \
         }                                                                                                           \
     }
 
@@ -143,26 +167,39 @@ static inline void store8(float *out, int64_t count, __m256 s) {
             BY_DIM(dim, NORMS_##NAME);                                                                              \
         }                                                                                                           \
     }                                                                                                               \
-    /* out[h, t] = sum(x[h, t] / max(||x[h, t]||, eps) * sums[h, slot[h, t]]) for t < tokens: the unit key's dot \
-       product with its slot's sum of recent unit keys (sums [heads, slots, dim] float32; slot rows ss elements    \
-       apart, 0 when every head shares one; out rows os apart) */                                                   \
+    /* out[h, t] = x[h, t] / max(||x[h, t]||, eps), float32 rows of dim, heads tokens * dim apart */          \
+    void unit_rows_##NAME(const T *x, int64_t heads, int64_t tokens, int64_t dim, int64_t hs, float eps,          \
+                          float *out) {                                                                             \
+        for (int64_t h = 0; h < heads; h++) {                                                                       \
+            BY_DIM(dim, UNITS_##NAME);                                                                              \
+        }                                                                                                           \
+    }                                                                                                               \
+    /* out[h, t] = sum(x[h, t] / max(||x[h, t]||, eps) * sums[h, slot[h, t]]) / divisor, negated where negate, \
+       for t < tokens: the unit key's dot product with its slot's sum of recent unit keys (sums [heads, slots,    \
+       dim] float32; slot rows ss elements apart, 0 when every head shares one); out rows of os, rest after the    \
+       tokens (a quotient by 1 and a negation, a flip of the sign bit, are exact) */                               \
     void unit_dot_##NAME(const T *x, int64_t heads, int64_t tokens, int64_t dim, int64_t hs, float eps,           \
                          const int64_t *slot, int64_t ss, const float *sums, int64_t slots, int64_t os,             \
-                         float *out) {                                                                              \
+                         float divisor, int negate, float rest, float *out) {                                       \
+        const __m256 dv = _mm256_set1_ps(divisor), sign = _mm256_set1_ps(negate ? -0.f : 0.f);                   \
         for (int64_t h = 0; h < heads; h++) {                                                                       \
             BY_DIM(dim, DOTS_##NAME);                                                                               \
+            for (int64_t t = tokens; t < os; t++) out[h * os + t] = rest;                                           \
         }                                                                                                           \
     }
 
 #define NORMS_float32(n) norms_float32(x + h * hs, tokens, dim, n, out + h * tokens)
 #define NORMS_float16(n) norms_float16(x + h * hs, tokens, dim, n, out + h * tokens)
 #define NORMS_bfloat16(n) norms_bfloat16(x + h * hs, tokens, dim, n, out + h * tokens)
+#define UNITS_float32(n) units_float32(x + h * hs, tokens, dim, n, eps, out + h * tokens * dim)
+#define UNITS_float16(n) units_float16(x + h * hs, tokens, dim, n, eps, out + h * tokens * dim)
+#define UNITS_bfloat16(n) units_bfloat16(x + h * hs, tokens, dim, n, eps, out + h * tokens * dim)
 #define DOTS_float32(n) dots_float32(x + h * hs, tokens, dim, n, eps, slot + h * ss, sums + h * slots * dim, \
-                                     out + h * os)
+                                     dv, sign, out + h * os)
 #define DOTS_float16(n) dots_float16(x + h * hs, tokens, dim, n, eps, slot + h * ss, sums + h * slots * dim, \
-                                     out + h * os)
+                                     dv, sign, out + h * os)
 #define DOTS_bfloat16(n) dots_bfloat16(x + h * hs, tokens, dim, n, eps, slot + h * ss, sums + h * slots * dim, \
-                                       out + h * os)
+                                       dv, sign, out + h * os)
 
 KERNELS(float32, float, ld_f32)
 KERNELS(float16, uint16_t, ld_f16)

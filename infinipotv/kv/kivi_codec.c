@@ -232,7 +232,17 @@ static inline void unpack_row(const uint8_t *restrict packed, uint8_t *restrict 
         memcpy(q, packed, (size_t)d);
         return;
     }
-    for (int64_t k = 0; k < d / 8; k++) {
+    int64_t first = 0;
+    if (bits == 4) { /* 32 codes from 16 bytes at a time: each byte's low nibble, then its high one */
+        const __m128i low = _mm_set1_epi8(0x0F);
+        for (; first + 32 <= d; first += 32) {
+            __m128i p = _mm_loadu_si128((const __m128i *)(packed + first / 2));
+            __m128i lo = _mm_and_si128(p, low), hi = _mm_and_si128(_mm_srli_epi16(p, 4), low);
+            _mm_storeu_si128((__m128i *)(q + first), _mm_unpacklo_epi8(lo, hi));
+            _mm_storeu_si128((__m128i *)(q + first + 16), _mm_unpackhi_epi8(lo, hi));
+        }
+    }
+    for (int64_t k = first / 8; k < d / 8; k++) {
         uint64_t w;
         if (bits == 4) {
             uint32_t p;

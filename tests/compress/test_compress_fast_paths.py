@@ -19,13 +19,16 @@ from infinipotv.compress.pooling import KERNELS, pool
 from infinipotv.compress.scores import KEY_EPS, tar_scores, unit_keys, van_scores
 
 
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "torch_path"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-def test_unit_keys_equal_normalize(dtype: torch.dtype) -> None:
+def test_unit_keys_equal_normalize(dtype: torch.dtype, kernels: bool) -> None:
     gen = torch.Generator().manual_seed(0)
     full = (torch.randn(3, 130, 64, generator=gen) * 3).to(dtype)
     full[1, 40] = 0  # a zero key: eps in the denominator
     keys = full[:, 10:]  # a slice along tokens, as the session passes the region after the prefix
-    got = unit_keys(keys)
+    with nullcontext() if kernels else native.torch_path():
+        assert native.applies(keys) == (kernels and native.library() is not None)
+        got = unit_keys(keys)
     assert got.dtype == torch.float32 and torch.equal(got, F.normalize(keys.float(), dim=-1, eps=KEY_EPS))
     assert torch.equal(keys, full[:, 10:]) and got.data_ptr() != keys.data_ptr()  # the input is left as it was
 
@@ -144,13 +147,13 @@ def test_a_build_that_differs_from_pytorch_is_not_used(monkeypatch: pytest.Monke
     the PyTorch path running."""
     if native.library() is None:
         pytest.skip("the score kernels cannot be built here")
-    real = native._run
+    real = native._row_norms
 
-    def off_by_one_ulp(lib, name, x, *args):
-        out = real(lib, name, x, *args)
-        return torch.nextafter(out, torch.full_like(out, math.inf)) if name == "row_norms" else out
+    def off_by_one_ulp(lib, x):
+        out = real(lib, x)
+        return torch.nextafter(out, torch.full_like(out, math.inf))
 
-    monkeypatch.setattr(native, "_run", off_by_one_ulp)
+    monkeypatch.setattr(native, "_row_norms", off_by_one_ulp)
     native.library.cache_clear()
     try:
         with pytest.warns(UserWarning, match="differ from PyTorch .*row norms"):
