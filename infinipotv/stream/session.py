@@ -227,7 +227,7 @@ class StreamingSession:
         v = self.video
         p = v.prefix_len
         keys, values = store.read()
-        layout = FrameLayout(token_ids=store.token_ids()[:, p:].long(), grid=v.grid)
+        layout = FrameLayout(token_ids=store.token_ids()[:, p:], grid=v.grid)  # int32 ids: the views need no more
         kept = self.policy(keys[:, p:], values[:, p:], layout, n_keep, layer, self.adapter.n_layers)
         prefix = torch.arange(p, device=kept.device).expand(kept.shape[0], p)
         store.keep(torch.cat([prefix, kept + p], dim=1))
