@@ -382,13 +382,22 @@ static inline void unpack_row(const uint8_t *restrict packed, uint8_t *restrict 
                                     int64_t os, const int bits) {                                                                  \
         const int64_t esz = E, row = d * bits / 8;                                                                  \
         uint8_t q[MAXD + 16];                                                                                       \
+        float sc[MAXD], zr[MAXD]; /* the group's scale/zero row in float32, kept while tokens share the group */    \
+        int64_t held = -1;                                                                                          \
         for (int64_t i = 0; i < n; i++) {                                                                           \
             for (int64_t r = 0; r < t; r++) {                                                                       \
                 const int64_t grp = (groups ? groups[i * t + r] : i * (t / g) + r / g) * d, dst = i * os + r * d;   \
+                if (grp != held) {                                                                                  \
+                    for (int64_t c = 0; c < d; c += LANES) {                                                        \
+                        v_storeu(sc + c, LD(AT(scale, grp + c)));                                                   \
+                        v_storeu(zr + c, LD(AT(zero, grp + c)));                                                    \
+                    }                                                                                               \
+                    held = grp;                                                                                     \
+                }                                                                                                   \
                 unpack_row(codes + (i * t + r) * row, q, d, bits);                                                  \
                 for (int64_t c = 0; c < d; c += LANES) {                                                            \
-                    V v = RN(v_mul(load_codes(q + c), LD(AT(scale, grp + c))));                                     \
-                    ST(AT_W(out, dst + c), v_add(v, LD(AT(zero, grp + c))));                                        \
+                    V v = RN(v_mul(load_codes(q + c), v_loadu(sc + c)));                                            \
+                    ST(AT_W(out, dst + c), v_add(v, v_loadu(zr + c)));                                              \
                 }                                                                                                   \
             }                                                                                                       \
         }                                                                                                           \
