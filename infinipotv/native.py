@@ -59,15 +59,30 @@ def compiled(compiler: str, source: Path, flags: list[str]) -> ctypes.CDLL:
     return ctypes.CDLL(str(target))
 
 
-def warn_build_failed(what: str, source: Path, compiler: str, err: Exception, env: str) -> None:
+def warn_build_failed(what: str, source: Path, compiler: str, err: Exception, env: str, stacklevel: int = 4) -> None:
     """The one warning line of a kernel module whose build failed (its PyTorch path runs instead), naming the
     compiler's own message and the variable that silences it; ``stacklevel`` points at the module's caller."""
     detail = getattr(err, "stderr", None) or err
     warnings.warn(
         f"{what}: building {source.name} with {compiler} failed ({str(detail).strip()[:300]}): "
         f"the PyTorch path runs (slower on CPU; {env}=0 silences this)",
-        stacklevel=4,
+        stacklevel=stacklevel,
     )
+
+
+def load(what: str, source: Path, flags: list[str], env: str) -> ctypes.CDLL | None:
+    """``source`` built with ``flags`` and loaded, or None where the module's PyTorch path must run: ``env`` set to
+    0, no C compiler (the KIVI codec says so once), or a failed build (one warning line, :func:`warn_build_failed`)."""
+    if os.environ.get(env, "1") == "0":
+        return None
+    cc = compiler()
+    if cc is None:
+        return None
+    try:
+        return compiled(cc, source, flags)
+    except (OSError, subprocess.SubprocessError) as err:
+        warn_build_failed(what, source, cc, err, env, stacklevel=5)
+        return None
 
 
 def compiler() -> str | None:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import os
-import subprocess
 import sys
 import warnings
 from contextlib import AbstractContextManager
@@ -72,15 +70,8 @@ def torch_path() -> AbstractContextManager[None]:
 @functools.cache
 def library() -> ctypes.CDLL | None:
     """The loaded, checked build, or None where the PyTorch path must run (module docstring)."""
-    if os.environ.get(ENV, "1") == "0" or not set(NEEDS) <= builder.cpu_flags():
-        return None
-    cc = builder.compiler()
-    if cc is None:
-        return None  # the KIVI codec already says so once
-    try:
-        lib = builder.compiled(cc, SOURCE, FLAGS)
-    except (OSError, subprocess.SubprocessError) as err:
-        builder.warn_build_failed("compression scores", SOURCE, cc, err, ENV)
+    lib = builder.load("compression scores", SOURCE, FLAGS, ENV) if set(NEEDS) <= builder.cpu_flags() else None
+    if lib is None:
         return None
     for name, args in SIGNATURES.items():
         for dtype in DTYPES.values():

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
-import subprocess
 import sys
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -41,15 +39,8 @@ _p, _i64 = ctypes.c_void_p, ctypes.c_int64
 @functools.cache
 def library() -> ctypes.CDLL | None:
     """The loaded build, or None where the PyTorch path must run (module docstring)."""
-    if os.environ.get(ENV, "1") == "0":
-        return None
-    cc = builder.compiler()
-    if cc is None:
-        return None  # the KIVI codec already says so once
-    try:
-        lib = builder.compiled(cc, SOURCE, FLAGS)
-    except (OSError, subprocess.SubprocessError) as err:
-        builder.warn_build_failed("KIVI store rows", SOURCE, cc, err, ENV)
+    lib = builder.load("KIVI store rows", SOURCE, FLAGS, ENV)
+    if lib is None:
         return None
     lib.kivi_keep_plan.argtypes = [_p, _i64, _i64, _i64, _p, _p, _i64, _i64, _p, _p, _p, _p, _p, _p, _p]
     lib.kivi_keep_plan.restype = _i64
