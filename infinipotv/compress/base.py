@@ -87,7 +87,13 @@ def compressed_size(budget: int, c_ratio: float) -> int:
 
 
 def top_indices(score: torch.Tensor, n_keep: int) -> torch.Tensor:
-    """The ``n_keep`` highest-scoring token indices per head, ``[H, n_keep]`` (unsorted)."""
+    """The ``n_keep`` highest-scoring token indices per head, ``[H, n_keep]`` (any order): ``torch.topk``'s. On a
+    CPU a kernel (:mod:`.native`) finds them where they are the only such set, several times faster; where scores
+    tie across the n_keep-th place, ``torch.topk`` picks among them, as it always did."""
+    if native.takes_scores(score, n_keep):
+        unique = native.top_set(score, n_keep)
+        if unique is not None:
+            return unique
     return torch.topk(score, n_keep, dim=1, sorted=False).indices
 
 

@@ -79,6 +79,7 @@ def library() -> ctypes.CDLL | None:
             fn.argtypes, fn.restype = args, None
     lib.scores_max_head_dim.restype = ctypes.c_int64
     lib.ascending_indices.argtypes, lib.ascending_indices.restype = [_p, _i64, _i64, _i64, _p, _p], ctypes.c_int64
+    lib.top_set.argtypes, lib.top_set.restype = [_p, _i64, _i64, _i64, _p, _p], ctypes.c_int64
     mismatch = _mismatch(lib)
     if mismatch:
         warnings.warn(
@@ -130,6 +131,29 @@ def unit_dot(
     for 1) and its negation. ``tokens``: only each head's first that many are computed, the others are ``rest``
     (TaR's recent frames: +inf)."""
     return _unit_dot(library(), keys, eps, slot, sums, tokens, divisor, negate, rest)
+
+
+def takes_scores(score: torch.Tensor, k: int) -> bool:
+    """Whether :func:`top_set` takes ``score`` (``[H, T]`` float32 on the CPU) and ``k`` (in ``[1, T]``)."""
+    return (
+        score.device.type == "cpu"
+        and score.dtype == torch.float32
+        and score.dim() == 2
+        and 1 <= k <= score.shape[1]
+        and library() is not None
+    )
+
+
+def top_set(score: torch.Tensor, k: int) -> torch.Tensor | None:
+    """``[H, k]`` the indices of each head's k highest scores, ascending, where each head has only one such set
+    (no tie across the k-th place, no NaN); else None, and the caller's top-k decides which of the tied scores
+    it keeps. Where the set is unique every top-k returns it, in some order: this is ``torch.topk``'s set."""
+    heads, tokens = score.shape
+    score = score.contiguous()
+    scratch = torch.empty(4 * tokens + 2, dtype=torch.int32)
+    out = torch.empty(heads, k, dtype=torch.int64)
+    status = library().top_set(score.data_ptr(), heads, tokens, k, scratch.data_ptr(), out.data_ptr())
+    return None if status else out
 
 
 def takes_indices(kept: torch.Tensor) -> bool:

@@ -1,5 +1,6 @@
 /* The per-token reductions of a compression pass (scores.py) on the CPU, fused: one read of each key and value row;
- * and the ascending order of the kept indices (base.py).
+ * the top-k of a head's scores where only one set is the top k, and the ascending order of the kept indices
+ * (base.py).
  *
  * PyTorch computes TaR's similarity as five full passes over [H, T, D] float32 tensors (convert, norm, divide,
  * multiply, sum) and VaN's norm as two; on one thread each pass runs at memory speed. These kernels read a row
@@ -19,6 +20,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MAXD 504
 
@@ -207,22 +209,93 @@ KERNELS(bfloat16, uint16_t, ld_bf16)
 
 int64_t scores_max_head_dim(void) { return MAXD; }
 
-/* out[h] = the indices kept[h] (n distinct indices in [0, tokens), any order) in ascending order: each marked in a
-   row of tokens flags, then read back in order (the only result a sort of distinct integers has). Returns 0, or 1
-   where an index lies outside [0, tokens), 2 where a head repeats one. marks: tokens bytes of scratch. */
+/* out[h] = the indices kept[h] (n distinct indices in [0, tokens), any order) in ascending order: a head already in
+   order is copied as it is, any other has each index marked in a row of tokens flags, then read back in order (the
+   only result a sort of distinct integers has). Returns 0, or 1 where an index lies outside [0, tokens), 2 where a
+   head repeats one. marks: tokens bytes of scratch. */
 int64_t ascending_indices(const int64_t *kept, int64_t heads, int64_t n, int64_t tokens, uint8_t *marks,
                           int64_t *out) {
     for (int64_t h = 0; h < heads; h++) {
         const int64_t *k = kept + h * n;
+        int64_t *o = out + h * n, m = 0;
+        int in_order = n > 0 && k[0] >= 0 && k[n - 1] < tokens;
+        for (int64_t j = 1; j < n && in_order; j++) in_order = k[j] > k[j - 1];
+        if (in_order) { /* strictly increasing from k[0] >= 0 to k[n - 1] < tokens: distinct and in range */
+            for (int64_t j = 0; j < n; j++) o[j] = k[j];
+            continue;
+        }
         for (int64_t t = 0; t < tokens; t++) marks[t] = 0;
         for (int64_t j = 0; j < n; j++) {
             if (k[j] < 0 || k[j] >= tokens) return 1;
             marks[k[j]] = 1;
         }
-        int64_t *o = out + h * n, m = 0; /* at most n marks: n indices */
-        for (int64_t t = 0; t < tokens; t++)
+        for (int64_t t = 0; t < tokens; t++) /* at most n marks: n indices */
             if (marks[t]) o[m++] = t;
         if (m != n) return 2;
+    }
+    return 0;
+}
+
+/* float32 bits as an unsigned key in the order of the values (-inf lowest, +inf highest; -0 below +0) */
+static inline uint32_t order_key(uint32_t b) { return b & 0x80000000u ? ~b : b | 0x80000000u; }
+static inline float key_value(uint32_t u) {
+    uint32_t b = u & 0x80000000u ? u & 0x7fffffffu : ~u;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* The highest bin of hist[bins] holding the want-th largest key, want reduced by the keys in the bins above it */
+static inline uint32_t bin_of(const uint32_t *hist, uint32_t bins, int64_t *want) {
+    uint32_t b = bins - 1;
+    while (*want > hist[b]) *want -= hist[b--];
+    return b;
+}
+
+/* out[h] = the k highest of score[h] (k in [1, tokens]), in ascending order of index, where that set is the only
+   top-k there is: every score of the set above every other, i.e. fewer than k scores above the k-th highest and
+   exactly k at least as high. Returns 0, or 1 where the set is not unique (ties across the k-th place, whose pick
+   is up to the top-k's implementation) or a score is NaN: the caller then runs its top-k. The k-th highest is found
+   by its key's bits, 11 + 11 + 10 at a time (a radix select; the keys of the top bin are copied aside for the last
+   two digits), so no element is compared with another. scratch: 4 * tokens + 2 uint32 (2 * tokens, then tokens + 1
+   int64). */
+int64_t top_set(const float *score, int64_t heads, int64_t tokens, int64_t k, uint32_t *scratch, int64_t *out) {
+    uint32_t hist[4][2048]; /* 4 histograms for the first digit: neighbouring keys often share a bin */
+    uint32_t *keys = scratch, *cand = scratch + tokens;
+    int64_t *picked = (int64_t *)(scratch + 2 * tokens); /* 8-byte aligned: 2 * tokens is even */
+    for (int64_t h = 0; h < heads; h++) {
+        const float *s = score + h * tokens;
+        const uint32_t *bits = (const uint32_t *)s;
+        memset(hist, 0, sizeof hist);
+        uint32_t nan = 0;
+        for (int64_t t = 0; t < tokens; t++) {
+            nan |= (bits[t] & 0x7fffffffu) > 0x7f800000u;
+            keys[t] = order_key(bits[t]);
+            hist[t & 3][keys[t] >> 21]++;
+        }
+        if (nan) return 1;
+        for (int b = 0; b < 2048; b++) hist[0][b] += hist[1][b] + hist[2][b] + hist[3][b];
+        int64_t want = k, c = 0;
+        uint32_t b0 = bin_of(hist[0], 2048, &want);
+        for (int64_t t = 0; t < tokens; t++) {
+            cand[c] = keys[t];
+            c += keys[t] >> 21 == b0;
+        }
+        memset(hist[0], 0, 2048 * sizeof(uint32_t));
+        for (int64_t i = 0; i < c; i++) hist[0][cand[i] >> 10 & 2047]++;
+        uint32_t b1 = bin_of(hist[0], 2048, &want);
+        memset(hist[0], 0, 1024 * sizeof(uint32_t));
+        for (int64_t i = 0; i < c; i++)
+            if ((cand[i] >> 10 & 2047) == b1) hist[0][cand[i] & 1023]++;
+        uint32_t b2 = bin_of(hist[0], 1024, &want);
+        const float kth = key_value(b0 << 21 | b1 << 10 | b2);
+        int64_t m = 0;
+        for (int64_t t = 0; t < tokens; t++) { /* by value: -0 and +0 are one score */
+            picked[m] = t;
+            m += s[t] >= kth;
+        }
+        if (m != k) return 1;
+        memcpy(out + h * k, picked, (size_t)k * sizeof(int64_t));
     }
     return 0;
 }

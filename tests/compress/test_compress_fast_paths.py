@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from infinipotv.compress import FrameLayout, build, native
-from infinipotv.compress.base import ascending
+from infinipotv.compress.base import ascending, top_indices
 from infinipotv.compress.layout import FrameCoords, frame_coords
 from infinipotv.compress.pooling import KERNELS, pool
 from infinipotv.compress.scores import KEY_EPS, tar_scores, unit_keys, van_scores
@@ -178,13 +178,62 @@ def test_ascending_kernel_equals_the_torch_path() -> None:
             assert not native.takes_indices(kept)
             assert torch.equal(got, ascending(kept, n_tokens, "p"))
         assert torch.equal(got, kept.sort(1).values)
+        assert torch.equal(ascending(got, n_tokens, "p"), got)  # a policy's indices already in order are copied
     bad = {
         "outside": torch.tensor([[0, 5], [1, 2]]),
         "repeated": torch.tensor([[0, 1], [3, 3]]),
         "negative": torch.tensor([[0, -1], [1, 2]]),
+        "outside, in order": torch.tensor([[0, 1], [2, 5]]),
+        "negative, in order": torch.tensor([[-1, 0], [1, 2]]),
     }
     for name, kept in bad.items():
         match = "a token twice" if name == "repeated" else r"indices outside \[0, 5\)"
         for path in ("native", "torch"):
             with native.torch_path() if path == "torch" else nullcontext(), pytest.raises(RuntimeError, match=match):
                 ascending(kept, 5, "p")
+
+
+def _scores_with_ties(gen: torch.Generator, kind: str, n_tokens: int) -> torch.Tensor:
+    """Scores as passes make them: distinct, tied (whole frames share a rank), +inf forced picks and -inf, zeros of
+    both signs among subnormals, and a NaN."""
+    s = torch.randn(3, n_tokens, generator=gen)
+    if kind == "tied":
+        s = torch.randint(-3, 4, (3, n_tokens), generator=gen).float()
+    elif kind == "infinite":
+        s[:, : n_tokens // 3] = math.inf
+        s[:, -2:] = -math.inf
+    elif kind == "zeros":
+        s = s * 1e-40
+        s[0, ::5], s[1, ::7] = -0.0, 0.0
+    elif kind == "nan":
+        s[1, n_tokens // 2] = math.nan
+    return s
+
+
+@pytest.mark.skipif(native.library() is None, reason="the score kernels cannot be built or differ from PyTorch here")
+@pytest.mark.parametrize("kind", ["distinct", "tied", "infinite", "zeros", "nan"])
+def test_top_set_is_the_torch_topk_set_or_declines(kind: str) -> None:
+    """The kernel's top-k is torch.topk's set, ascending, wherever that set is unique; where scores tie across the
+    k-th place (or a NaN is present) it declines and top_indices returns torch.topk's own pick, so no kept index
+    changes either way."""
+    gen = torch.Generator().manual_seed(len(kind))
+    declined = 0
+    for n_tokens in (1, 2, 7, 64, 300, 6044):
+        score = _scores_with_ties(gen, kind, n_tokens)
+        for k in sorted({1, max(1, n_tokens // 2), max(1, 3 * n_tokens // 4), n_tokens}):
+            assert native.takes_scores(score, k)
+            ref = torch.topk(score, k, dim=1, sorted=False).indices
+            got = native.top_set(score, k)
+            kth = torch.topk(score, k, dim=1).values[:, -1:]
+            unique = not score.isnan().any() and bool(((score >= kth).sum(1) == k).all())
+            assert (got is not None) == unique, (n_tokens, k)
+            if got is None:
+                declined += 1
+                assert torch.equal(top_indices(score, k), ref)
+            else:
+                assert torch.equal(got, ref.sort(1).values)
+                assert torch.equal(top_indices(score, k), got)
+    assert declined == 0 if kind == "distinct" else declined > 0
+    assert not native.takes_scores(score.double(), 1) and not native.takes_scores(score, 0)
+    with native.torch_path():
+        assert not native.takes_scores(score, 1)
