@@ -48,6 +48,7 @@ from infinipotv.kv.ragged import (
     ragged_cat,
     ragged_index,
     run_index,
+    select_rows,
     take_rows,
 )
 from infinipotv.kv.store import POSITION_DTYPE, KVStore
@@ -222,7 +223,7 @@ class KiviStore(KVStore):
         # flat_starts(n_residual)[h] and hold its tokens from nq[h] on
         rows = indices + (flat_starts(self.n_residual) - nq).unsqueeze(1)
         flat = flat_take_index(rows, n - nq_new, int((n - nq_new_host).sum()), first=nq_new)
-        self._res_k, self._res_v = self._res_k.index_select(0, flat), self._res_v.index_select(0, flat)
+        self._res_k, self._res_v = select_rows(self._res_k, flat), select_rows(self._res_v, flat)
         self._ids = self._ids.gather(1, indices)
         self._nq = kept_q
 
@@ -236,13 +237,13 @@ class KiviStore(KVStore):
             flat = plan.quantized_rows
             self._k_codes, self._v_codes = take_rows(self._k_codes, flat), take_rows(self._v_codes, flat)
             self._v_scale, self._v_zero = take_rows(self._v_scale, flat), take_rows(self._v_zero, flat)
-            self._k_scale = self._k_scale.index_select(0, plan.group_rows)
-            self._k_zero = self._k_zero.index_select(0, plan.group_rows)
+            self._k_scale = select_rows(self._k_scale, plan.group_rows)
+            self._k_zero = select_rows(self._k_zero, plan.group_rows)
             self._k_count, self._ng_host = plan.counts, plan.groups
-        self._res_k = self._res_k.index_select(0, plan.residual_rows)
-        self._res_v = self._res_v.index_select(0, plan.residual_rows)
+        self._res_k = select_rows(self._res_k, plan.residual_rows)
+        self._res_v = select_rows(self._res_v, plan.residual_rows)
         self._ids = self._ids.gather(1, indices)
-        self._nq = plan.quantized
+        self._nq = HeadLengths.from_device(plan.quantized)
 
     def read(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values dequantized straight into their ``[H, T, D]`` outputs: a head's quantized tokens are its
@@ -430,7 +431,7 @@ class KiviStore(KVStore):
         self._ng_host = self._ng_host + groups_host
         left_host = nr_host - groups_host * g
         flat = flat_runs(flat_starts(nr) + n_tok, nr - n_tok, int(left_host.sum()))  # each head's tokens left
-        self._res_k, self._res_v = self._res_k.index_select(0, flat), self._res_v.index_select(0, flat)
+        self._res_k, self._res_v = select_rows(self._res_k, flat), select_rows(self._res_v, flat)
 
     def _oldest_residual(self, span: int, nr: torch.Tensor, nr_host: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values ``[H, span, D]``: the oldest ``span`` tokens of every head's window (``nr``: its tokens;
@@ -441,7 +442,7 @@ class KiviStore(KVStore):
         if bool((nr_host == nr_host[0]).all()):
             return self._res_k.view(h, -1, d)[:, :span], self._res_v.view(h, -1, d)[:, :span]
         rows = flat_head_rows(nr, span, self._res_k.shape[0])
-        return self._res_k.index_select(0, rows).view(h, span, d), self._res_v.index_select(0, rows).view(h, span, d)
+        return select_rows(self._res_k, rows).view(h, span, d), select_rows(self._res_v, rows).view(h, span, d)
 
     def _keep_key_groups(self, idx_q: torch.Tensor, nq_new: torch.Tensor, lq: int) -> None:
         """Recount survivors per key group and drop the groups none of whose tokens survived, keeping stream order.
@@ -460,7 +461,7 @@ class KiviStore(KVStore):
         order = torch.argsort((~live).to(torch.uint8), dim=1, stable=True)[:, : live_groups.most()]
         # a head's live groups, in order, in its old flat rows
         index = flat_take_index(order + flat_starts(ng).unsqueeze(1), live_groups.device, live_groups.total())
-        self._k_scale, self._k_zero = self._k_scale.index_select(0, index), self._k_zero.index_select(0, index)
+        self._k_scale, self._k_zero = select_rows(self._k_scale, index), select_rows(self._k_zero, index)
         self._k_count = counts.gather(1, order).to(GROUP_COUNT_DTYPE)
 
     def _check_indices(self, indices: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from infinipotv.kv import ragged_native
+
 LENGTH_DTYPE = torch.long  # per-head lengths on the device
 
 
@@ -70,15 +72,24 @@ def flat_rows(idx: torch.Tensor, length: int) -> torch.Tensor:
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+def select_rows(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``rows.index_select(0, index)``, bit for bit: on a CPU, rows of a multiple of 16 bytes by one kernel that
+    writes around the caches (:mod:`.ragged_native`), rows of 1-8 bytes as one integer each."""
+    if ragged_native.takes_rows(rows):
+        out = ragged_native.select_rows(rows, index)
+        if out is not None:
+            return out
+    row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
+    if rows.dim() > 1 and row_bytes in _WORDS and rows.is_contiguous():
+        words = rows.view(_WORDS[row_bytes]).reshape(-1).index_select(0, index)
+        return words.view(rows.dtype).view(-1, *rows.shape[1:])
+    return rows.index_select(0, index)
+
+
 def take_rows(x: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
     """:func:`gather_rows` with the flat index of :func:`flat_rows` (``[H * n]``): ``[H, n, ...]``, bit for bit."""
     h, length = x.shape[:2]
-    rows = x.reshape(h * length, *x.shape[2:])
-    row_bytes = math.prod(x.shape[2:]) * x.element_size()
-    if x.dim() > 2 and row_bytes in _WORDS and rows.is_contiguous():
-        words = rows.view(_WORDS[row_bytes]).reshape(-1).index_select(0, flat)
-        return words.view(x.dtype).view(h, -1, *x.shape[2:])
-    return rows.index_select(0, flat).view(h, -1, *x.shape[2:])
+    return select_rows(x.reshape(h * length, *x.shape[2:]), flat).view(h, -1, *x.shape[2:])
 
 
 def gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,7 @@
 /* The row bookkeeping of a KiviStore's keep() and read() on the CPU: the same rows as the PyTorch path of
  * infinipotv/kv/kivi.py and infinipotv/kv/ragged.py, computed in one call per layer instead of dozens of small
- * tensor operations. Integer arithmetic only: nothing here rounds.
+ * tensor operations; and the row gather of every store's keep(). Integer arithmetic and copies only: nothing here
+ * rounds.
  *
  * Layouts (see kivi.py): per head h, nq[h] quantized tokens then tokens - nq[h] residual ones, in stream order.
  * Padded parts (codes, value scale/zero) are [heads, lq, ...]; survivor counts [heads, lg] (live groups first, 0 for
@@ -8,6 +9,34 @@
  */
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* dst[i] = src[idx[i]] for rows of row_bytes, a multiple of 16 (dst 16-byte aligned): index_select's result, moved
+   with stores that bypass the caches. A pass's kept rows are not read again until the next step's forward, after
+   the model's weights have gone through the caches, so an ordinary store would first read each destination line
+   from memory for nothing: the gather of a store's keep() then moved a third more bytes. Returns 1, copying
+   nothing, where an index lies outside [0, rows). */
+int64_t select_rows(const uint8_t *src, int64_t rows, int64_t row_bytes, const int64_t *idx, int64_t n,
+                    uint8_t *dst) {
+    for (int64_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= rows) return 1;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *s = src + idx[i] * row_bytes;
+        uint8_t *d = dst + i * row_bytes;
+#if defined(__SSE2__)
+        for (int64_t b = 0; b < row_bytes; b += 16)
+            _mm_stream_si128((__m128i *)(d + b), _mm_loadu_si128((const __m128i *)(s + b)));
+#else
+        memcpy(d, s, (size_t)row_bytes);
+#endif
+    }
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+    return 0;
+}
 
 /* keep(): idx [heads, n], each head's kept positions. Returns 1 where one lies outside [0, tokens), 2 where a head's
    are not strictly increasing, else 0 and

@@ -1,14 +1,19 @@
 """The row bookkeeping of :class:`~infinipotv.kv.kivi.KiviStore` on the CPU in one call per layer
-(``ragged_kernels.c``): which rows ``keep()`` moves and where ``read()`` puts them.
+(``ragged_kernels.c``): which rows ``keep()`` moves and where ``read()`` puts them; and the row gather of every
+store's ``keep()`` (:func:`select_rows`).
 
 Why: the PyTorch path builds those rows (:mod:`infinipotv.kv.ragged`) out of a hundred small tensor operations per
 layer (a range check, a binary search per key group, a stable sort of the live groups, runs of rows), each costing
 microseconds of dispatch on tensors of a few thousand integers: at the paper's |M| that was a third of an INT4
 compression pass on one CPU thread, more than the rows' data movement itself. The kernel computes the same rows
-(integer arithmetic: nothing rounds; the tests compare the stores both paths leave, padding included); the data still
-moves through PyTorch's row gathers.
+(integer arithmetic: nothing rounds; the tests compare the stores both paths leave, padding included).
 
-Built like the other kernels (:func:`infinipotv.native.compiled`, plain C, no vector extensions: any CPU with a C
+The gather is ``index_select``'s copy with stores that bypass the caches (SSE2, any x86-64; a plain copy elsewhere):
+a pass's kept rows are not read again before the next step's forward has pushed them out of the caches anyway, and
+an ordinary store reads every destination line from memory first. On the paper's |M| that made the gather of a
+full-precision ``keep()`` about a quarter faster inside a real stream (docs/performance.md).
+
+Built like the other kernels (:func:`infinipotv.native.compiled`, plain C, no vector flags: any CPU with a C
 compiler). Where none is available, or for tensors not on the CPU, the PyTorch path runs;
 ``INFINIPOTV_NATIVE_RAGGED=0`` always takes it.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import sys
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -26,7 +32,6 @@ import numpy as np
 import torch
 
 from infinipotv import native as builder
-from infinipotv.kv.ragged import HeadLengths
 
 SOURCE = Path(__file__).with_name("ragged_kernels.c")
 FLAGS = ["-O2", "-shared", "-fPIC"]
@@ -46,6 +51,7 @@ def library() -> ctypes.CDLL | None:
     lib.kivi_keep_plan.restype = _i64
     lib.kivi_read_plan.argtypes = [_i64, _i64, _p, _p, _i64, _i64, _i64, _p, _p]
     lib.kivi_read_plan.restype = None
+    lib.select_rows.argtypes, lib.select_rows.restype = [_p, _i64, _i64, _p, _i64, _p], _i64
     return lib
 
 
@@ -60,12 +66,12 @@ def applies(device: torch.device) -> bool:
 
 @dataclass(frozen=True)
 class KeepPlan:
-    """The rows one ``keep()`` moves. ``quantized``: each head's kept quantized tokens (lengths on the device and
-    the host); ``quantized_rows`` ``[H * max kept]``: their rows in the flattened padded parts; ``groups``: the
-    surviving key groups per head (host), ``counts`` ``[H, max groups]`` their survivors; ``group_rows``: their rows
-    in the flat key scale/zero; ``residual_rows``: the kept residual tokens' rows in the flat window."""
+    """The rows one ``keep()`` moves. ``quantized`` ``[H]``: each head's kept quantized tokens; ``quantized_rows``
+    ``[H * max kept]``: their rows in the flattened padded parts; ``groups``: the surviving key groups per head
+    (host), ``counts`` ``[H, max groups]`` their survivors; ``group_rows``: their rows in the flat key scale/zero;
+    ``residual_rows``: the kept residual tokens' rows in the flat window."""
 
-    quantized: HeadLengths
+    quantized: torch.Tensor
     quantized_rows: torch.Tensor
     groups: np.ndarray
     counts: torch.Tensor
@@ -97,7 +103,7 @@ def keep_plan(
         return KEEP_ERRORS[status]
     lq_new, lg_new, n_groups, n_residual = sizes.tolist()
     return KeepPlan(
-        HeadLengths.from_device(nq_new),
+        nq_new,
         q_rows[: heads * lq_new],
         ng_new.numpy(),
         new_counts if lg_new == lg else new_counts[:, :lg_new].clone(),  # a store's tensors own their storage
@@ -127,3 +133,27 @@ def read_plan(
         dest.data_ptr(),
     )
     return rows, dest
+
+
+def takes_rows(rows: torch.Tensor) -> bool:
+    """Whether :func:`select_rows` takes ``rows`` (``[N, ...]``, contiguous, on the CPU, rows a multiple of 16
+    bytes)."""
+    return (
+        rows.device.type == "cpu"
+        and rows.dim() > 1
+        and rows.is_contiguous()
+        and math.prod(rows.shape[1:]) * rows.element_size() % 16 == 0
+        and library() is not None
+    )
+
+
+def select_rows(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor | None:
+    """``rows.index_select(0, index)`` (:func:`takes_rows`, ``index`` int64), the same bytes; None where an index
+    lies outside the rows (``index_select`` then says which)."""
+    index = index.to(torch.int64).contiguous()
+    out = torch.empty(index.numel(), *rows.shape[1:], dtype=rows.dtype)
+    row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
+    status = library().select_rows(
+        rows.data_ptr(), rows.shape[0], row_bytes, index.data_ptr(), index.numel(), out.data_ptr()
+    )
+    return None if status else out

@@ -12,6 +12,7 @@ import torch
 from infinipotv.kv import ragged_native
 from infinipotv.kv.kivi import KiviStore
 from infinipotv.kv.quant import BITS
+from infinipotv.kv.ragged import select_rows
 
 pytestmark = pytest.mark.skipif(ragged_native.library() is None, reason="no C compiler for the store's row kernels")
 
@@ -107,3 +108,29 @@ def test_switched_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
         monkeypatch.undo()
         ragged_native.library.cache_clear()
     assert ragged_native.applies(torch.device("cpu")) and not ragged_native.applies(torch.device("meta"))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "width"),
+    [(torch.float16, 64), (torch.bfloat16, 128), (torch.float32, 4), (torch.uint8, 32), (torch.uint8, 16)],
+    ids=str,
+)
+def test_select_rows_is_index_select(dtype: torch.dtype, width: int) -> None:
+    """The row gather of every store's keep() gives index_select's bytes (NaN payloads and signed zeros included),
+    for rows a multiple of 16 bytes; an index outside the rows gets index_select's own error."""
+    gen = torch.Generator().manual_seed(width)
+    rows = torch.randint(0, 256, (301, width * dtype.itemsize), dtype=torch.uint8, generator=gen).view(dtype)
+    assert ragged_native.takes_rows(rows)
+    for index in (
+        torch.randperm(301, generator=gen)[:200].sort().values,
+        torch.tensor([300, 0, 0, 7]),
+        torch.zeros(0, dtype=torch.long),
+    ):
+        got = select_rows(rows, index)
+        assert got.dtype == dtype and torch.equal(got.view(torch.uint8), rows.index_select(0, index).view(torch.uint8))
+    with pytest.raises(IndexError):
+        select_rows(rows, torch.tensor([0, 301]))
+    with ragged_native.torch_path():
+        assert not ragged_native.takes_rows(rows)
+    assert not ragged_native.takes_rows(rows[:, :-1]) and not ragged_native.takes_rows(rows[::2])
+    assert not ragged_native.takes_rows(torch.zeros(5, 3, dtype=torch.float16))
