@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from infinipotv import native as builder
 
@@ -80,6 +81,7 @@ def library() -> ctypes.CDLL | None:
     lib.scores_max_head_dim.restype = ctypes.c_int64
     lib.ascending_indices.argtypes, lib.ascending_indices.restype = [_p, _i64, _i64, _i64, _p, _p], ctypes.c_int64
     lib.top_set.argtypes, lib.top_set.restype = [_p, _i64, _i64, _i64, _p, _p], ctypes.c_int64
+    lib.box_mean.argtypes, lib.box_mean.restype = [_p, *[_i64] * 7, _p, _p], None
     mismatch = _mismatch(lib)
     if mismatch:
         warnings.warn(
@@ -156,6 +158,25 @@ def top_set(score: torch.Tensor, k: int) -> torch.Tensor | None:
     return None if status else out
 
 
+def takes_grid(grid: torch.Tensor, kernel: tuple[int, int, int]) -> bool:
+    """Whether :func:`box_mean` takes ``grid`` (``[planes, frames, h, w]`` float32 on the CPU) and ``kernel``
+    (odd sides, none longer than its axis)."""
+    return (
+        grid.device.type == "cpu"
+        and grid.dtype == torch.float32
+        and grid.dim() == 4
+        and all(k % 2 == 1 and k <= n for k, n in zip(kernel, grid.shape[1:]))
+        and library() is not None
+    )
+
+
+def box_mean(grid: torch.Tensor, kernel: tuple[int, int, int]) -> torch.Tensor:
+    """``F.avg_pool3d(grid[:, None], kernel, stride=1, padding=k // 2, count_include_pad=True)[:, 0]`` of ``grid``
+    ``[planes, frames, h, w]`` (:func:`takes_grid`), bit for bit: the same sums in the same order, 8 frames at a
+    time."""
+    return _box_mean(library(), grid, kernel)
+
+
 def takes_indices(kept: torch.Tensor) -> bool:
     """Whether :func:`ascending` takes ``kept`` (``[H, n]`` int64 on the CPU)."""
     return kept.device.type == "cpu" and kept.dtype == torch.int64 and kept.dim() == 2 and library() is not None
@@ -215,6 +236,29 @@ def _unit_dot(
     return out
 
 
+def _box_mean(lib: ctypes.CDLL, grid: torch.Tensor, kernel: tuple[int, int, int]) -> torch.Tensor:
+    grid = grid.contiguous()
+    out, scratch = torch.empty_like(grid), torch.empty_like(grid)
+    lib.box_mean(grid.data_ptr(), *grid.shape, *kernel, scratch.data_ptr(), out.data_ptr())
+    return out
+
+
+def _pool_mismatch(lib: ctypes.CDLL, gen: torch.Generator) -> str:
+    """'' when the box means give avg_pool3d's and avg_pool1d's bits on random grids (zeros of both signs, values
+    from 1e-30 to 1e30 in one window), else what differs."""
+    grid = torch.randn(3, 29, 3, 5, generator=gen) * torch.logspace(-30, 30, 29 * 15).view(1, 29, 3, 5)
+    grid[0, 4], grid[1, 7] = 0.0, -0.0
+    for kernel in ((1, 1, 1), (3, 3, 3), (1, 3, 3), (7, 3, 5), (29, 1, 1)):
+        want = F.avg_pool3d(grid[:, None], kernel, 1, tuple(k // 2 for k in kernel), count_include_pad=True)[:, 0]
+        if not torch.equal(_box_mean(lib, grid, kernel), want):
+            return f"box means, kernel {kernel}"
+    line = grid.reshape(3, -1)
+    want = F.avg_pool1d(line[:, None], 3, 1, 1, count_include_pad=True)[:, 0]
+    if not torch.equal(_box_mean(lib, line.view(3, -1, 1, 1), (3, 1, 1)).view(3, -1), want):
+        return "box means of a sequence"
+    return ""
+
+
 def _mismatch(lib: ctypes.CDLL) -> str:
     """'' when the kernels give PyTorch's bits on random rows (zeros, tiny and huge norms among them), else what
     differs."""
@@ -246,4 +290,4 @@ def _mismatch(lib: ctypes.CDLL) -> str:
                 and bool((tar[:, 50:] == math.inf).all())
             ):
                 return f"unit dot products, {dtype}, head_dim {d}"
-    return ""
+    return _pool_mismatch(lib, gen)

@@ -299,3 +299,50 @@ int64_t top_set(const float *score, int64_t heads, int64_t tokens, int64_t k, ui
     }
     return 0;
 }
+
+/* out = PyTorch's avg_pool3d of x [planes, nd, nh, nw] float32 (stride 1, odd kernel kd x kh x kw, padding of half
+   the kernel, zeros counted): each cell's mean over the window clipped to the grid, its elements added from zero
+   in PyTorch's order (frame, then row, then column; float32) and divided by the whole window's size. The same sums
+   8 frames at a time: each plane is first turned into [nh, nw, nd] (scratch, planes * nd * nh * nw floats) so the
+   8 frames of a lane group are contiguous; the first and last kd / 2 frames, whose windows are clipped, one by one.
+   avg_pool1d over a sequence is the case nh = nw = 1. */
+void box_mean(const float *x, int64_t planes, int64_t nd, int64_t nh, int64_t nw, int64_t kd, int64_t kh,
+              int64_t kw, float *scratch, float *out) {
+    const int64_t pd = kd / 2, ph = kh / 2, pw = kw / 2, cells = nh * nw;
+    const float size = (float)(kd * kh * kw);
+    const __m256 vsize = _mm256_set1_ps(size);
+    for (int64_t c = 0; c < planes; c++) {
+        const float *xp = x + c * nd * cells;
+        float *xt = scratch + c * nd * cells, *op = out + c * nd * cells;
+        for (int64_t d = 0; d < nd; d++)
+            for (int64_t i = 0; i < cells; i++) xt[i * nd + d] = xp[d * cells + i];
+        for (int64_t oh = 0; oh < nh; oh++) {
+            int64_t h0 = oh - ph < 0 ? 0 : oh - ph, h1 = oh + ph + 1 > nh ? nh : oh + ph + 1;
+            for (int64_t ow = 0; ow < nw; ow++) {
+                int64_t w0 = ow - pw < 0 ? 0 : ow - pw, w1 = ow + pw + 1 > nw ? nw : ow + pw + 1;
+                float *o = op + oh * nw + ow;
+                int64_t od = 0;
+                for (; od < nd; od++) {
+                    if (od >= pd && od + pd + 8 <= nd) { /* 8 whole windows along the frames */
+                        __m256 acc = _mm256_setzero_ps();
+                        for (int64_t d = od - pd; d <= od + pd; d++)
+                            for (int64_t h = h0; h < h1; h++)
+                                for (int64_t w = w0; w < w1; w++)
+                                    acc = _mm256_add_ps(acc, _mm256_loadu_ps(xt + (h * nw + w) * nd + d));
+                        float b[8];
+                        _mm256_storeu_ps(b, _mm256_div_ps(acc, vsize));
+                        for (int j = 0; j < 8; j++) o[(od + j) * cells] = b[j];
+                        od += 7;
+                        continue;
+                    }
+                    int64_t d0 = od - pd < 0 ? 0 : od - pd, d1 = od + pd + 1 > nd ? nd : od + pd + 1;
+                    float sum = 0.f;
+                    for (int64_t d = d0; d < d1; d++)
+                        for (int64_t h = h0; h < h1; h++)
+                            for (int64_t w = w0; w < w1; w++) sum += xt[(h * nw + w) * nd + d];
+                    o[od * cells] = sum / size;
+                }
+            }
+        }
+    }
+}

@@ -237,3 +237,25 @@ def test_top_set_is_the_torch_topk_set_or_declines(kind: str) -> None:
     assert not native.takes_scores(score.double(), 1) and not native.takes_scores(score, 0)
     with native.torch_path():
         assert not native.takes_scores(score, 1)
+
+
+@pytest.mark.skipif(native.library() is None, reason="the score kernels cannot be built or differ from PyTorch here")
+@pytest.mark.parametrize("view", ["pseudo_frames", "grid_aware"])
+@pytest.mark.parametrize(("n_tokens", "grid"), [(600, (3, 4)), (605, (3, 4)), (9, (3, 4)), (700, (5, 7)), (40, (1, 1))])
+def test_pooling_kernel_equals_avg_pool(n_tokens: int, grid: tuple[int, int], view: str) -> None:
+    """Every pooling mode and clipping gives avg_pool1d's / avg_pool3d's bits through the kernel, on grids with
+    and without whole lane groups of frames, and on one whose kernel spans every frame."""
+    gen = torch.Generator().manual_seed(n_tokens)
+    layout = FrameLayout.fresh(3, n_tokens, grid)
+    coords = frame_coords(layout, view, n_tokens)
+    scores = torch.rand(3, n_tokens, generator=gen) * torch.logspace(-3, 3, n_tokens)
+    scores[1, ::7] = 0.0
+    for mode, size in KERNELS:
+        for clip in ("cube", "axes"):
+            got = pool(scores, coords, mode, size, clip)
+            with native.torch_path():
+                assert torch.equal(got, pool(scores, coords, mode, size, clip)), (mode, clip)
+    assert native.takes_grid(torch.zeros(3, 4, 3, 4), (3, 3, 3))
+    assert not native.takes_grid(torch.zeros(3, 4, 3, 4), (3, 2, 3))  # an even side
+    assert not native.takes_grid(torch.zeros(3, 4, 3, 4), (5, 3, 3))  # longer than its axis
+    assert not native.takes_grid(torch.zeros(3, 4, 3, 4).double(), (3, 3, 3))
