@@ -112,12 +112,12 @@ def test_switched_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
 
 @pytest.mark.parametrize(
     ("dtype", "width"),
-    [(torch.float16, 64), (torch.bfloat16, 128), (torch.float32, 4), (torch.uint8, 32), (torch.uint8, 16)],
+    [(torch.float16, 64), (torch.bfloat16, 128), (torch.float32, 32), (torch.uint8, 144), (torch.uint8, 128)],
     ids=str,
 )
 def test_select_rows_is_index_select(dtype: torch.dtype, width: int) -> None:
     """The row gather of every store's keep() gives index_select's bytes (NaN payloads and signed zeros included),
-    for rows a multiple of 16 bytes; an index outside the rows gets index_select's own error."""
+    for rows of 128 bytes or more, a multiple of 16; an index outside the rows gets index_select's own error."""
     gen = torch.Generator().manual_seed(width)
     rows = torch.randint(0, 256, (301, width * dtype.itemsize), dtype=torch.uint8, generator=gen).view(dtype)
     assert ragged_native.takes_rows(rows)
@@ -133,4 +133,5 @@ def test_select_rows_is_index_select(dtype: torch.dtype, width: int) -> None:
     with ragged_native.torch_path():
         assert not ragged_native.takes_rows(rows)
     assert not ragged_native.takes_rows(rows[:, :-1]) and not ragged_native.takes_rows(rows[::2])
-    assert not ragged_native.takes_rows(torch.zeros(5, 3, dtype=torch.float16))
+    assert not ragged_native.takes_rows(torch.zeros(5, 3, dtype=torch.float16))  # 6 bytes
+    assert not ragged_native.takes_rows(torch.zeros(5, 32, dtype=torch.uint8))  # narrower than MIN_ROW_BYTES
