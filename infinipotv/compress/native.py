@@ -1,5 +1,7 @@
 """TaR's similarity and VaN's norm on the CPU in one read of each row (``scores_kernels.c``), the same bits as
-PyTorch's kernels.
+PyTorch's kernels; and the rest of a pass's per-layer work: the pooling of the VaN map (avg_pool's sums in its order),
+the top-k where only one set is the top k (else ``torch.topk`` picks among the ties), and the sorting of the kept
+indices.
 
 Why: on one CPU thread PyTorch runs ``tar_scores`` and ``van_scores`` as seven full passes over ``[H, T, D]``
 float32 tensors (conversion, norm, division, product, sum), each at memory speed: most of a compression pass's time
@@ -9,9 +11,10 @@ do not change.
 
 Built like the KIVI codec (:func:`infinipotv.native.compiled`: the system C compiler, AVX2 + F16C, the harness's
 cache folder), and checked on every load against PyTorch on random rows of each dtype and of the head_dims in the
-check: a build whose results differ in one bit (another PyTorch whose reductions run in another order, another CPU)
-is not used, with one warning line. The calls are not wrapped in ``torch.profiler.record_function`` (three per layer
-would cost more than the kernels' own dispatch): a profile with stacks shows them under their Python callers.
+check, and on random grids for the pooling: a build whose results differ in one bit (another PyTorch whose
+reductions run in another order, another CPU) is not used, with one warning line. The calls are not wrapped in
+``torch.profiler.record_function`` (three per layer would cost more than the kernels' own dispatch): a profile with
+stacks shows them under their Python callers.
 Where no build applies (GPU tensors, head_dim not a multiple of 8 or over the kernel's limit, no compiler, not
 x86-64) the PyTorch path runs; ``INFINIPOTV_NATIVE_SCORES=0`` always takes it.
 """
