@@ -137,9 +137,9 @@ def read_plan(
     return rows, dest
 
 
-def takes_rows(rows: torch.Tensor) -> bool:
+def takes_rows(rows: torch.Tensor, index: torch.Tensor) -> bool:
     """Whether :func:`select_rows` takes ``rows`` (``[N, ...]``, contiguous, on the CPU, rows a multiple of 16 bytes
-    and at least ``MIN_ROW_BYTES``)."""
+    and at least ``MIN_ROW_BYTES``) and ``index`` (``[n]`` int64 or int32, on the CPU)."""
     row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
     return (
         rows.device.type == "cpu"
@@ -147,13 +147,16 @@ def takes_rows(rows: torch.Tensor) -> bool:
         and rows.is_contiguous()
         and row_bytes % 16 == 0
         and row_bytes >= MIN_ROW_BYTES
+        and index.device.type == "cpu"
+        and index.dim() == 1
+        and index.dtype in (torch.int64, torch.int32)
         and library() is not None
     )
 
 
 def select_rows(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor | None:
-    """``rows.index_select(0, index)`` (:func:`takes_rows`, ``index`` int64), the same bytes; None where an index
-    lies outside the rows (``index_select`` then says which)."""
+    """``rows.index_select(0, index)`` (:func:`takes_rows`), the same bytes; None where an index lies outside the
+    rows (``index_select`` then says which)."""
     index = index.to(torch.int64).contiguous()
     out = torch.empty(index.numel(), *rows.shape[1:], dtype=rows.dtype)
     row_bytes = math.prod(rows.shape[1:]) * rows.element_size()

@@ -120,7 +120,8 @@ def test_select_rows_is_index_select(dtype: torch.dtype, width: int) -> None:
     for rows of 128 bytes or more, a multiple of 16; an index outside the rows gets index_select's own error."""
     gen = torch.Generator().manual_seed(width)
     rows = torch.randint(0, 256, (301, width * dtype.itemsize), dtype=torch.uint8, generator=gen).view(dtype)
-    assert ragged_native.takes_rows(rows)
+    some = torch.tensor([0, 3])
+    assert ragged_native.takes_rows(rows, some) and ragged_native.takes_rows(rows, some.int())
     for index in (
         torch.randperm(301, generator=gen)[:200].sort().values,
         torch.tensor([300, 0, 0, 7]),
@@ -131,7 +132,10 @@ def test_select_rows_is_index_select(dtype: torch.dtype, width: int) -> None:
     with pytest.raises(IndexError):
         select_rows(rows, torch.tensor([0, 301]))
     with ragged_native.torch_path():
-        assert not ragged_native.takes_rows(rows)
-    assert not ragged_native.takes_rows(rows[:, :-1]) and not ragged_native.takes_rows(rows[::2])
-    assert not ragged_native.takes_rows(torch.zeros(5, 3, dtype=torch.float16))  # 6 bytes
-    assert not ragged_native.takes_rows(torch.zeros(5, 32, dtype=torch.uint8))  # narrower than MIN_ROW_BYTES
+        assert not ragged_native.takes_rows(rows, some)
+    assert not ragged_native.takes_rows(rows[:, :-1], some) and not ragged_native.takes_rows(rows[::2], some)
+    assert not ragged_native.takes_rows(torch.zeros(5, 3, dtype=torch.float16), some)  # 6 bytes
+    assert not ragged_native.takes_rows(torch.zeros(5, 32, dtype=torch.uint8), some)  # narrower than MIN_ROW_BYTES
+    assert not ragged_native.takes_rows(rows, some.float()) and not ragged_native.takes_rows(rows, some[None])
+    with pytest.raises(RuntimeError, match="int32 or int64"):  # index_select's own error, as without the kernel
+        select_rows(rows, some.float())
