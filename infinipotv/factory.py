@@ -6,8 +6,10 @@ raises :class:`ConfigError` with one line naming the option and a valid value.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Callable
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,6 +23,16 @@ from infinipotv.stream.schedule import ByteCap
 from infinipotv.stream.session import StreamingSession
 
 QUANT_BITS = (2, 4, 8, 16)
+_TINY_LM = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "seed")  # tiny_text_config, load_pretrained
+# The ``model.options`` keys each adapter reads (infinipotv/models/): always, and with model.tiny=true only. A key
+# no adapter reads would run and do nothing, so it is refused (tests/hostile/test_config_knobs.py checks this table
+# against the adapters' code).
+MODEL_OPTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "qwen2vl": ((), _TINY_LM),
+    "qwen25vl": ((), (*_TINY_LM, "tokens_per_second")),
+    "llava_ov": (("image_size", "patch_size"), _TINY_LM),
+    "symbolic": (("patch", "positions"), ()),
+}
 
 
 def as_run_config(cfg: DictConfig | RunConfig) -> RunConfig:
@@ -84,8 +96,10 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError("set only one of compress.budget (tokens) and compress.budget_mib (MiB of KV)")
     if c.budget is not None and c.budget < 2:
         raise ConfigError(f"compress.budget={c.budget} must be >= 2 vision tokens, e.g. compress.budget=6000")
-    if c.budget_mib is not None and not c.budget_mib > 0:
-        raise ConfigError(f"compress.budget_mib={c.budget_mib} must be > 0 MiB, e.g. compress.budget_mib=96")
+    if c.budget_mib is not None and not 0 < c.budget_mib < math.inf:
+        raise ConfigError(
+            f"compress.budget_mib={c.budget_mib} must be a finite number > 0 MiB, e.g. compress.budget_mib=96"
+        )
     q = cfg.quant
     if q.residual_length < 0 or q.group_size < 1:
         raise ConfigError(
@@ -100,6 +114,11 @@ def validate(cfg: RunConfig) -> None:
         )
     if cfg.eval.chunk_frames < 1:
         raise ConfigError(f"eval.chunk_frames={cfg.eval.chunk_frames} must be >= 1")
+    _check_counts(cfg)
+    m, b = cfg.model, cfg.benchmark
+    known = model_options(m.family, m.tiny)
+    _check_options(f"model.options (model.family={m.family}, tiny={m.tiny})", m.options, known)
+    _check_options(f"benchmark.options (benchmark={b.name})", b.options, BENCHMARKS[b.name].option_keys)
     adapter_cls = ADAPTERS[cfg.model.family]
     if cfg.eval.chunk_frames % adapter_cls.frames_per_step:
         raise ConfigError(
@@ -108,6 +127,62 @@ def validate(cfg: RunConfig) -> None:
         )
     if c.budget is not None and policy.evicts:
         check_budget(cfg, policy, c.budget, "compress.budget")
+
+
+def _check_counts(cfg: RunConfig) -> None:
+    """Frame sampling and decoding knobs whose nonsense values used to run anyway (0 frames answered, a rate of
+    NaN, 0 tokens silently meaning the benchmark's own, -1 decoding forever)."""
+    m = cfg.model
+    if not 0 < m.fps < math.inf:
+        raise ConfigError(f"model.fps={m.fps} must be a finite rate > 0 frames per second, e.g. model.fps=2")
+    if m.max_frames < 1:
+        raise ConfigError(f"model.max_frames={m.max_frames} must be >= 1 frame, e.g. model.max_frames=768")
+    if m.num_frames is not None and m.num_frames < 1:
+        raise ConfigError(
+            f"model.num_frames={m.num_frames} must be >= 1 frame, e.g. model.num_frames=128, or null to sample at "
+            f"model.fps"
+        )
+    new_tokens = cfg.eval.max_new_tokens
+    if new_tokens is not None and new_tokens < 1:
+        raise ConfigError(
+            f"eval.max_new_tokens={new_tokens} must be >= 1 token, e.g. eval.max_new_tokens=16, or null for the "
+            f"benchmark's own"
+        )
+
+
+def model_options(family: str, tiny: bool) -> tuple[str, ...]:
+    """The ``model.options`` keys the family's adapter reads (tiny-only keys with ``tiny``)."""
+    always, tiny_only = MODEL_OPTIONS.get(family, ((), ()))
+    return (*always, *tiny_only) if tiny else always
+
+
+def _check_options(key: str, given: dict[str, Any], known: Sequence[str]) -> None:
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"{key} has unknown key(s) {', '.join(unknown)}; "
+            + (f"known: {', '.join(known)}" if known else "this choice reads none: remove them")
+        )
+
+
+def check_device(cfg: RunConfig) -> None:
+    """``model.device`` names a device this machine has (checked where the job runs, not on a login node)."""
+    import torch
+
+    device = cfg.model.device
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"model.device={device!r} is not a device; use model.device=cpu or cuda (cuda:N)") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (parsed.index or 0) >= count:
+            raise ConfigError(
+                f"model.device={device} but this machine has {count} CUDA device(s): use model.device=cpu, "
+                f"or run on a GPU node" + (f" (model.device=cuda:0 .. cuda:{count - 1})" if count else "")
+            )
+    elif parsed.type != "cpu":
+        raise ConfigError(f"model.device={device} is not supported; use model.device=cpu or cuda (cuda:N)")
 
 
 def check_budget(cfg: RunConfig, policy: compress.Policy, budget: int, key: str) -> None:
@@ -144,7 +219,9 @@ def build_policy(cfg: RunConfig) -> compress.Policy:
 
 
 def build_adapter(cfg: RunConfig) -> ModelAdapter:
-    """The model family's adapter, loaded from the ``model=`` config (which satisfies ``ModelSettings``)."""
+    """The model family's adapter, loaded from the ``model=`` config (which satisfies ``ModelSettings``), on a
+    device this machine has."""
+    check_device(cfg)
     return _checked(lambda: ADAPTERS[cfg.model.family].load(cfg.model), None, ModelError)
 
 

@@ -53,6 +53,7 @@ class Benchmark(ABC):
 
     name: ClassVar[str]
     streaming: ClassVar[bool] = False
+    option_keys: ClassVar[tuple[str, ...]] = ()  # the ``benchmark.options`` it reads; any other key is refused
 
     @abstractmethod
     def samples(self) -> Iterator[VideoSample]:

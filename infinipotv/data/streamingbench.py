@@ -89,6 +89,7 @@ class StreamingBench(AnnotatedBenchmark):
 
     name = "streamingbench"
     streaming = True
+    option_keys = ("csv_video",)
     id_field = "question_id"
     video_field = "video_id"
     category_fields = {"task_type": "task_type", "group": "group"}

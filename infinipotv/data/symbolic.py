@@ -341,6 +341,7 @@ class Symbolic(AnnotatedBenchmark):
 
     name = "symbolic"
     streaming = True
+    option_keys = tuple(DEFAULTS)
     id_field = "question_id"
     video_field = "video_id"
     category_fields = {"task_type": "task_type", "format": "format", "mode": "mode", "depth": "depth"}
