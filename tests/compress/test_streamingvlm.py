@@ -1,0 +1,29 @@
+"""StreamingVLM's kept set and renumbered positions against a transcription of its inference loop
+(mit-han-lab/streaming-vlm@a940d8c ``inference.py:L141-154``, ``qwen2_5/model_forward.py:L101-110``)."""
+
+from __future__ import annotations
+
+import torch
+
+from infinipotv.compress.streamingvlm import shrink_positions, window_keep
+
+
+def test_the_window_keeps_the_last_frames_as_upstreams_eviction_does():
+    g = torch.Generator().manual_seed(0)
+    window, cache = 4, []  # upstream: append each chunk, evict the oldest once more than `window` are held
+    frame_of = torch.empty(0, dtype=torch.long)
+    for step in range(11):
+        tokens = int(torch.randint(1, 4, (1,), generator=g))  # frames of varying size (a CTR-filtered stream)
+        cache.append([step] * tokens)
+        if len(cache) > window:
+            cache.pop(0)
+        frame_of = torch.cat([frame_of, torch.full((tokens,), step)])
+        kept = window_keep(frame_of, window)
+        frame_of = frame_of[kept]
+        assert frame_of.tolist() == [f for chunk in cache for f in chunk]
+
+
+def test_shrink_gives_the_pruned_sequence_contiguous_positions():
+    prefix, kept = 7, 13
+    positions = torch.cat([torch.arange(prefix), shrink_positions(prefix, kept)])
+    assert positions.tolist() == list(range(prefix + kept))  # upstream: arange over the whole pruned sequence
