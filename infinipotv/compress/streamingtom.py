@@ -126,3 +126,29 @@ def embedding_saliency(frame: torch.Tensor) -> torch.Tensor:
     from its frame's mean, ``1 - cos(x_i, mean_j x_j)`` (a token unlike the rest of its frame scores high)."""
     x = frame.float()
     return 1 - F.cosine_similarity(x, x.mean(dim=0, keepdim=True), dim=-1)
+
+
+def reduce_chunk(
+    frames: torch.Tensor,
+    saliency: torch.Tensor,
+    previous: torch.Tensor | None,
+    first_frame: int,
+    retain: int = RETAIN,
+    tau: float = TAU,
+    k: int = DPC_K,
+    beta: float = BETA,
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CTR over a chunk's frames ``[F, p, hidden]`` (``saliency`` ``[F, p]``; ``previous`` ``[p, hidden]``: the
+    last frame of the chunk before, unreduced, None at the start of a video; ``first_frame``: the video's index of
+    ``frames[0]``, which seeds each frame's DPC noise). ``(tokens [F * G, hidden], slots [F, G])``: each frame's
+    G tokens in their original order and their places in the frame."""
+    static = classify_static(frames, previous, tau)
+    tokens, slots = [], []
+    for f in range(frames.shape[0]):
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + first_frame + f)
+        noise = torch.rand(int(static[f].sum()), generator=generator).to(frames.device)
+        kept, slot = reduce_frame(frames[f], saliency[f], static[f], retain, k, beta, noise)
+        tokens.append(kept)
+        slots.append(slot)
+    return torch.cat(tokens), torch.stack(slots)

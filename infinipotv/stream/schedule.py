@@ -48,13 +48,32 @@ class Schedule:
     budget: int
     n_keep: int
     byte_cap: ByteCap | None = None
+    every_chunk: bool = False  # H7: a pass after every chunk that takes the memory past |M|, back to |M|
 
     @classmethod
     def of(cls, budget: int, c_ratio: float, byte_cap: ByteCap | None = None) -> "Schedule":
         return cls(budget, compressed_size(budget, c_ratio), byte_cap)
 
+    @classmethod
+    def per_chunk(cls, budget: int, byte_cap: ByteCap | None = None) -> "Schedule":
+        """The streaming methods that decide at every chunk (StreamMem, StreamingVLM): |M| + chunk -> |M|, so
+        |C| = |M| and the memory never holds more than |M| after a step (under a byte cap, ``after_pass`` is
+        ``cap``)."""
+        if budget < 1:
+            raise ValueError(f"budget={budget} must be >= 1 vision token (e.g. budget=6000)")
+        return cls(budget, budget, byte_cap, every_chunk=True)
+
     def check_chunk(self, tokens: int, frames: int) -> None:
-        """A chunk must hold fewer than |M| - |C| tokens: the pass it triggers then always has tokens to evict."""
+        """A chunk must hold fewer than |M| - |C| tokens: the pass it triggers then always has tokens to evict.
+        Per chunk (|C| = |M|): at most |M| tokens, so a pass never has to evict part of the chunk it follows for
+        want of room."""
+        if self.every_chunk:
+            if tokens > self.budget:
+                raise ValueError(
+                    f"a chunk of {frames} frames holds {tokens} vision tokens, more than |M| = {self.budget}: "
+                    f"lower eval.chunk_frames or raise compress.budget"
+                )
+            return
         if tokens >= self.budget - self.n_keep:
             raise ValueError(
                 f"a chunk of {frames} frames holds {tokens} vision tokens, not fewer than "
@@ -69,7 +88,7 @@ class Schedule:
         dequantization included, took 0.85x the time of compressing each layer as the forward leaves it (on what
         attention read, no second dequantization), and a full-precision store's read is free; on a GPU, timing a
         pass made inside the forward would synchronise once per layer."""
-        if tokens < self.budget:
+        if tokens < self.budget + self.every_chunk:
             return None
         return min(self.n_keep, tokens - 1)
 

@@ -89,3 +89,18 @@ def test_a_policy_that_never_evicts_gets_no_schedule(tiny_qwen2vl):
     assert StreamingSession(tiny_qwen2vl, build("full"), 48, 0.75, FullPrecisionStore).schedule is None
     assert StreamingSession(tiny_qwen2vl, build("tar_van_pool"), None, 0.75, FullPrecisionStore).schedule is None
     assert StreamingSession(tiny_qwen2vl, build("tar_van_pool"), 48, 0.75, FullPrecisionStore).schedule.n_keep == 36
+
+
+def test_a_per_chunk_schedule_brings_every_chunk_back_to_budget():
+    """H7 (StreamMem, StreamingVLM): |M| + chunk -> |M| at every chunk past |M|; a chunk of up to |M| tokens."""
+    s = Schedule.per_chunk(48)
+    assert s.due(48) is None
+    assert s.due(49) == 48
+    assert s.due(60) == 48
+    s.check_chunk(48, 4)
+    with pytest.raises(ValueError, match=r"more than \|M\| = 48: lower eval.chunk_frames"):
+        s.check_chunk(49, 4)
+    with pytest.raises(ValueError, match="budget=0"):
+        Schedule.per_chunk(0)
+    capped = Schedule.per_chunk(48, ByteCap(cap=480, after_pass=480))
+    assert capped.byte_pass(passes=1, held=600, video_tokens=60) == 48
