@@ -51,6 +51,8 @@ def _prediction(line: bytes) -> tuple[Record | None, str | None]:
         return None, f"a JSON {type(record).__name__}, not a prediction object"
     if record.get("question_id") is None:
         return None, "no question_id"
+    if "correct" in record and not isinstance(record["correct"], bool):  # NaN, 1, "yes": never guessed as right
+        return None, f"correct is {json.dumps(record['correct'])}, not true or false; not scored"
     return record, None
 
 
@@ -71,16 +73,36 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """A run's config.yaml as plain containers (interpolations resolved); ValueError naming the file if unreadable."""
+    """A run's config.yaml as plain containers; ValueError naming the file if unreadable.
+
+    Interpolations are left as written, never resolved: the job writes the values that ran, so a ``${oc.env:...}``
+    in a run's config.yaml was put there by hand and would put the reader's environment into the tables.
+    YAML tags (``!!python/object``) are not constructed (a safe loader): the file is refused."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: RUN_DIR must be a run directory written by the job")
     try:
-        config = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except Exception as err:  # YAML syntax, bad encoding, unresolvable interpolation: all mean a broken file
+        config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception as err:  # YAML syntax, tags, bad encoding: all mean a broken file
         raise ValueError(f"{path}: not a readable config ({type(err).__name__}: {' '.join(str(err).split())})") from err
     if not isinstance(config, dict):
         raise ValueError(f"{path}: a config must be a mapping, not a {type(config).__name__}")
     return config
+
+
+def _literal(value: Any) -> Any:
+    """``value`` with every ``${`` escaped, so that OmegaConf keeps the text as written instead of resolving it."""
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    if isinstance(value, dict):
+        return {k: _literal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_literal(v) for v in value]
+    return value
+
+
+def benchmark_config(node: dict[str, Any]) -> BenchmarkConfig:
+    """A run's ``benchmark`` block (as :func:`read_config` gives it) typed, with its text taken literally."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(BenchmarkConfig), _literal(node)))
 
 
 def load_benchmark_config(run_dir: Path, parser: str | None = None) -> BenchmarkConfig:
@@ -89,10 +111,10 @@ def load_benchmark_config(run_dir: Path, parser: str | None = None) -> Benchmark
     node = read_config(path).get("benchmark")
     if not isinstance(node, dict):
         raise ValueError(f"{path} has no 'benchmark' node")
-    cfg = OmegaConf.merge(OmegaConf.structured(BenchmarkConfig), node)
+    cfg = benchmark_config(node)
     if parser is not None:
         cfg.parser = Parser(parser)
-    return OmegaConf.to_object(cfg)
+    return cfg
 
 
 def read_predictions(path: Path) -> tuple[list[Record], int]:

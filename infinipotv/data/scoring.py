@@ -15,8 +15,8 @@ Record = dict[str, Any]
 
 
 def is_correct(record: Record) -> bool:
-    """Right answer and no error."""
-    return bool(record.get("correct")) and record.get("error") is None
+    """Right answer (``correct`` is true itself: a NaN or a 1 is not) and no error."""
+    return record.get("correct") is True and record.get("error") is None
 
 
 def accuracy(records: Sequence[Record]) -> float | None:

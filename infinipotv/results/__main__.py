@@ -11,6 +11,7 @@ import argparse
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from infinipotv.data.rescore import SkippedInput, print_skipped
 from infinipotv.results.report import FORMATS, OutputExists, build_report
@@ -39,6 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="replace the outputs already in the output folder")
     args = parser.parse_args(argv)
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        print(
+            f"error: --out {args.out} is a file, not a folder: name a folder (it is created if missing)",
+            file=sys.stderr,
+        )
+        return 2
     with warnings.catch_warnings(record=True) as skipped:
         warnings.simplefilter("always", SkippedInput)
         try:

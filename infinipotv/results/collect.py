@@ -20,10 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import OmegaConf
 
-from infinipotv.config import BenchmarkConfig
-from infinipotv.data.rescore import read_config, read_json_object, read_predictions, skip
+from infinipotv.data.rescore import benchmark_config, read_config, read_json_object, read_predictions, skip
 from infinipotv.data.subset import describe, parse_shard
 from infinipotv.results.scoring import ScorerError, flatten_scores, has_scorer, score_records, score_weights
 from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE
@@ -137,8 +135,7 @@ def _check_unique(records: Iterable[Mapping[str, Any]], sources: Sequence[Path])
 def _subset(benchmark: Mapping[str, Any]) -> dict[str, Any]:
     """The metrics' ``subset`` block for the selection with shards aside (ids, fraction, limit): a merged run, or one
     shard judged as part of its whole run."""
-    node = OmegaConf.merge(OmegaConf.structured(BenchmarkConfig), {**benchmark, "shard": None})
-    return describe(OmegaConf.to_object(node))
+    return describe(benchmark_config({**benchmark, "shard": None}))
 
 
 def load_run(path: str | Path, root: str | Path | None = None) -> Run:

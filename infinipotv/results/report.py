@@ -59,7 +59,12 @@ def experiment_file(experiment: str | Path, experiments_dir: str | Path = "exper
 
 def load_experiment(path: Path) -> tuple[str, ExperimentSpec]:
     """The experiment's name (its ``experiment:`` key, else the file stem) and its parsed table block."""
-    config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception as err:  # YAML syntax, tags (never constructed), bad encoding
+        raise ValueError(f"{path}: not a readable experiment file ({type(err).__name__}: {' '.join(str(err).split())})")
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: an experiment file must be a mapping, not a {type(config).__name__}")
     return str(config.get("experiment") or path.stem), parse_experiment(config.get("table"), f"{path}: table")
 
 

@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
 
-from infinipotv.config import BenchmarkConfig, ConfigError
+from infinipotv.config import ConfigError
 from infinipotv.data.loading import benchmark_class
+from infinipotv.data.rescore import benchmark_config
 from infinipotv.data.scoring import is_correct
 
 SKIPPED_KEYS = frozenset({"n", "n_errors", "missing", "counts"})  # counts and lists, not scores
@@ -46,8 +46,7 @@ def score_records(benchmark: Mapping[str, Any], records: Sequence[Mapping[str, A
         cls = benchmark_class(str(benchmark.get("name")))
     except ConfigError as err:
         raise ScorerError(f"cannot re-score: {err}") from err
-    node = OmegaConf.merge(OmegaConf.structured(BenchmarkConfig), {**benchmark, "shard": None})
-    return cls(OmegaConf.to_object(node)).score([dict(r) for r in records])
+    return cls(benchmark_config({**benchmark, "shard": None})).score([dict(r) for r in records])
 
 
 def flatten_scores(scores: Mapping[str, Any], prefix: str = "") -> dict[str, float | None]:
