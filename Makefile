@@ -14,7 +14,7 @@ LMMS_VENV ?= .venv-lmms
 LMMS_PY := $(LMMS_VENV)/bin/python
 LMMS_PIP := $(LMMS_PY) -m pip install -q --disable-pip-version-check -c constraints-lmms.txt
 
-.PHONY: install install-lmms run test clean
+.PHONY: install install-lmms run test probe clean
 
 install: $(VENV)/.installed
 
@@ -45,6 +45,11 @@ test: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest
+
+# The hostile-input probes (tests/hostile, docs/runs.md "Hostile inputs") and the run guarantees they stand beside:
+# one OK/FAIL line per probe, then "probes: N passed, N failed".
+probe: install
+	$(PY) -m pytest -q tests/hostile tests/test_run_invariants.py
 
 clean:
 	rm -rf $(VENV) $(LMMS_VENV) .pytest_cache
