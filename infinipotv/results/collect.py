@@ -82,6 +82,12 @@ class Run:
         return {**_subset(bench), **{k: bench.get(k) for k in ("ids", "part", "options")}}
 
     @cached_property
+    def rescored(self) -> dict[str, Any]:
+        """Scores from the predictions by the benchmark's own scorer (for a score metrics.json lacks); ScorerError
+        when the benchmark has none."""
+        return score_records(self.config.get("benchmark") or {}, self.predictions) if self.predictions else {}
+
+    @cached_property
     def question_counts(self) -> dict[str, int]:
         """Questions behind each score path (nonzero weight in the scorer's mean); raises ScorerError without one."""
         if not self.predictions:
@@ -153,6 +159,9 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     metrics = read_json_object(path / METRICS) or {}
     provenance = read_json_object(path / PROVENANCE) or {}
     bench = config.get("benchmark") or {}
+    predictions, foreign = _asked(predictions, metrics.get("question_ids"), path / PREDICTIONS)
+    if foreign:
+        problems.append(f"{foreign} answer(s) to questions the run did not ask in predictions.jsonl")
     if not metrics:
         problems.append(
             "metrics.json corrupt" if (path / METRICS).is_file() else "metrics.json missing (the job did not finish)"
@@ -165,6 +174,19 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     run_id = str(path.relative_to(root)) if root is not None else str(path)
     subset = bool(_subset(bench)["is_subset"])
     return Run((path,), run_id, config, predictions, scores, metrics, provenance, not problems, subset, problems)
+
+
+def _asked(records: list[dict[str, Any]], asked: Any, path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The records of the questions the run asked (``metrics.question_ids``, written by the job), and how many
+    others were skipped, each with a warning: a hand-edited answer to a question the run never had is not counted."""
+    if not isinstance(asked, list):
+        return records, 0
+    known = {str(q) for q in asked}
+    kept = [r for r in records if str(r["question_id"]) in known]
+    for r in records:
+        if str(r["question_id"]) not in known:
+            skip(f"{path}: question {r['question_id']!r} is not one of this run's; answer skipped")
+    return kept, len(records) - len(kept)
 
 
 def _merge_key(run: Run) -> str:
@@ -198,6 +220,7 @@ def merge_shards(shards: Sequence[Run]) -> Run:
         "subset": _subset(config["benchmark"]),
         "n_questions": len(predictions),
         "n_expected": sum(s.metrics.get("n_expected") or 0 for s in shards),
+        "question_ids": [q for s in shards for q in s.metrics.get("question_ids") or []],
         "n_errors": sum(r.get("error") is not None for r in predictions),
         "complete": not problems,
         "memory": {k: max(p.get(k) or 0 for p in peaks) for k in {k for p in peaks for k in p}},

@@ -8,12 +8,14 @@ its question count and its paired difference against the baseline row with the 9
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Callable, Sequence
 
 import pandas as pd
 
 from infinipotv.results.spec import ColumnSpec
-from infinipotv.results.tables import Cell, Row, Table
+from infinipotv.results.tables import CHOICE_RULE, Cell, Row, Table
 
 DAGGER, DDAGGER, DASH = "†", "‡", "–"
 LATEX_SPECIAL = {
@@ -34,8 +36,100 @@ LATEX_SPECIAL = {
 }
 
 
+# Accents a bare ``article`` typesets under pdflatex (OT1 fonts): combining mark -> accent command.
+LATEX_ACCENTS = {
+    "\u0300": "`",
+    "\u0301": "'",
+    "\u0302": "^",
+    "\u0303": "~",
+    "\u0304": "=",
+    "\u0306": "u",
+    "\u0307": ".",
+    "\u0308": '"',
+    "\u030a": "r",
+    "\u030b": "H",
+    "\u030c": "v",
+    "\u0327": "c",
+    "\u0328": "k",
+}
+LATEX_TEXT = {  # typography and symbols a table may carry, spelled for a bare article
+    "–": "--",
+    "—": "---",
+    "‘": "`",
+    "’": "'",
+    "“": "``",
+    "”": "''",
+    "…": r"\ldots{}",
+    "×": r"$\times$",
+    "±": r"$\pm$",
+    "≤": r"$\leq$",
+    "≥": r"$\geq$",
+    "→": r"$\rightarrow$",
+    "°": r"$^\circ$",
+    "µ": r"$\mu$",
+    "ß": r"\ss{}",
+    "æ": r"\ae{}",
+    "Æ": r"\AE{}",
+    "ø": r"\o{}",
+    "Ø": r"\O{}",
+    "å": r"\aa{}",
+    "Å": r"\AA{}",
+    "œ": r"\oe{}",
+    "Œ": r"\OE{}",
+    "ł": r"\l{}",
+    "Ł": r"\L{}",
+    "ı": r"\i{}",
+    "\u00a0": "~",
+}
+GREEK_SMALL = set(
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi pi rho sigma tau upsilon phi chi psi "
+    "omega".split()
+)
+GREEK_CAPITALS = {"Gamma", "Delta", "Theta", "Lambda", "Xi", "Pi", "Sigma", "Upsilon", "Phi", "Psi", "Omega"}
+
+
+class LatexError(ValueError):
+    """Text with a character a bare pdflatex document cannot typeset; the message names it and the fix."""
+
+
+def _latex_char(ch: str, text: str) -> str:
+    """One character as LaTeX that compiles in a bare ``article`` under pdflatex, or :class:`LatexError`."""
+    if ch in LATEX_SPECIAL:
+        return LATEX_SPECIAL[ch]
+    if ch.isascii():
+        return ch
+    if ch in LATEX_TEXT:
+        return LATEX_TEXT[ch]
+    base, *marks = unicodedata.normalize("NFD", ch)
+    if base.isascii() and base.isalpha() and marks and all(m in LATEX_ACCENTS for m in marks):
+        out = "\\i" if base == "i" else base  # dotless i under an accent, as LaTeX writes it
+        for mark in marks:
+            out = f"\\{LATEX_ACCENTS[mark]}{{{out}}}"
+        return out
+    name = unicodedata.name(ch, "")
+    greek = re.fullmatch(r"GREEK (SMALL|CAPITAL) LETTER (FINAL )?(\w+)", name)
+    if greek and greek.group(3).lower() in GREEK_SMALL:
+        letter = greek.group(3).lower()
+        if greek.group(1) == "SMALL":
+            return f"$\\{letter}$"
+        if letter.capitalize() in GREEK_CAPITALS:
+            return f"$\\{letter.capitalize()}$"
+    raise LatexError(
+        f"{text!r} holds {ch!r} ({name or f'U+{ord(ch):04X}'}), which a plain pdflatex document cannot typeset: "
+        f"spell it in Latin letters in the experiment file (or the run's config), or use --format md"
+    )
+
+
 def latex_escape(text: str) -> str:
-    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+    """``text`` as LaTeX that compiles in a bare ``article`` under pdflatex (no package beyond booktabs): specials
+    escaped, accented Latin letters as accent commands, Greek letters in math; any other script is refused."""
+    text = str(text)
+    return "".join(_latex_char(ch, text) for ch in text)
+
+
+def markdown_escape(text: str) -> str:
+    """A table cell's text for markdown: a ``|`` would end the cell."""
+    return str(text).replace("|", "\\|")
 
 
 def _header(column: ColumnSpec) -> str:
@@ -56,6 +150,8 @@ def _notes(table: Table, stats_shown: bool) -> list[str]:
         notes.append(f"{DDAGGER} From a partial run (a subset of the benchmark, or incomplete): compare with care.")
     if any(c.missing for c in cells):
         notes.append(f"{DASH} No run, or no questions, for this cell.")
+    if table.choices:
+        notes.append(f"Several runs fit a row: {CHOICE_RULE}. " + " ".join(f"{c}." for c in table.choices))
     if table.random_weights:
         notes.append(
             "Tiny models have seeded random weights: their scores show that the pipeline runs, not what a method does."
@@ -73,7 +169,7 @@ class _Format:
 
     def __init__(self, latex: bool) -> None:
         self.latex = latex
-        self.text: Callable[[str], str] = latex_escape if latex else str
+        self.text: Callable[[str], str] = latex_escape if latex else markdown_escape
 
     def bold(self, text: str) -> str:
         return rf"\textbf{{{text}}}" if self.latex else f"**{text}**"
@@ -158,8 +254,9 @@ def _markdown_grid(header: Sequence[str], body: Sequence[Sequence[str]], n_stub:
     return ["| " + " | ".join(line) + " |" for line in [header, align, *body]]
 
 
-def _frame_grid(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    return [str(c) for c in frame.columns], [[str(v) for v in row] for row in frame.itertuples(index=False)]
+def _frame_grid(frame: pd.DataFrame, escape: Callable[[str], str]) -> tuple[list[str], list[list[str]]]:
+    header = [escape(str(c)) for c in frame.columns]
+    return header, [[escape(str(v)) for v in row] for row in frame.itertuples(index=False)]
 
 
 def to_markdown(table: Table, show_n: bool = False, show_stats: bool = False) -> str:
@@ -167,13 +264,13 @@ def to_markdown(table: Table, show_n: bool = False, show_stats: bool = False) ->
     spec, fmt = table.spec, _Format(latex=False)
     lines = [f"**{table.caption}**", ""] if table.caption else []
     if table.frame is not None:
-        header, body = _frame_grid(table.frame)
+        header, body = _frame_grid(table.frame, markdown_escape)
         return "\n".join(lines + _markdown_grid(header, body, 1) + [""] + table.footnotes + list(spec.notes)) + "\n"
-    lines += _markdown_grid(_headers(table, False, str), _grid(table, fmt, show_n, False), len(spec.stub))
+    lines += _markdown_grid(_headers(table, False, fmt.text), _grid(table, fmt, show_n, False), len(spec.stub))
     show = show_stats and table.baseline is not None
     if show:
         lines += ["", f"**Paired difference vs {table.baseline}**", ""]
-        lines += _markdown_grid(_headers(table, True, str), _grid(table, fmt, False, True), len(spec.stub))
+        lines += _markdown_grid(_headers(table, True, fmt.text), _grid(table, fmt, False, True), len(spec.stub))
     notes = _paired_note(table) + _notes(table, show)
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
@@ -209,16 +306,23 @@ def _group_header(table: Table, stats: bool) -> list[str]:
 
 
 def to_latex(table: Table, show_n: bool = False, show_stats: bool = False) -> str:
-    """A booktabs ``table`` environment (needs ``\\usepackage{booktabs}``), footnotes under the tabular."""
+    """A booktabs ``table`` environment (needs ``\\usepackage{booktabs}``), footnotes under the tabular; text a
+    bare pdflatex document cannot typeset is a :class:`LatexError` naming the table."""
+    try:
+        return _latex(table, show_n, show_stats)
+    except LatexError as err:
+        raise LatexError(f"table {table.spec.name!r} as LaTeX: {err}") from None
+
+
+def _latex(table: Table, show_n: bool, show_stats: bool) -> str:
     spec, fmt = table.spec, _Format(latex=True)
     lines = [r"\begin{table}[t]", r"\centering"]
     if table.caption:
         lines.append(rf"\caption{{{latex_escape(table.caption)}}}")
     lines.append(rf"\label{{tab:{spec.name}}}")
     if table.frame is not None:
-        header, body = _frame_grid(table.frame)
-        body = [[latex_escape(v) for v in row] for row in body]
-        lines += _latex_tabular("l" * len(header), [], [latex_escape(h) for h in header], body)
+        header, body = _frame_grid(table.frame, latex_escape)
+        lines += _latex_tabular("l" * len(header), [], header, body)
         notes = table.footnotes + list(spec.notes)
     else:
         cols = "l" * len(spec.stub) + "".join("rrr" if c.paired else "r" for c in spec.columns)

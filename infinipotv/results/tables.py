@@ -65,6 +65,7 @@ class Table:
     frame: pd.DataFrame | None = None  # a generated (``source``) table
     footnotes: list[str] = field(default_factory=list)  # text that came with a generated table
     notes: list[str] = field(default_factory=list)  # choices made while building (ambiguous runs...)
+    choices: list[str] = field(default_factory=list)  # the run used where several fit a row (CHOICE_RULE)
     models: list[str] = field(default_factory=list)  # the models of the runs the rows may draw on
     random_weights: bool = False  # some of those runs are tiny models (seeded random weights)
 
@@ -121,8 +122,25 @@ def _render(template: str, fields: Mapping[str, Any], names: Names, where: str) 
     return re.sub(r"\{([^{}]+)\}", substitute, template)
 
 
+CHOICE_RULE = (
+    "where several runs fit a row, it shows this experiment's run first, then a complete run of the whole benchmark, "
+    "then the one with the most answers, then the latest to finish, then the first by run directory"
+)
+SAME_RUN = frozenset({"run_dir", "tracking", "retry_errors", "experiment"})  # keys that say nothing of what ran
+
+
+def _differences(run: Run, other: Run) -> str:
+    """The config keys in which ``other`` differs from ``run`` (``seed 1 vs 0``), or what else tells them apart."""
+    a, b = run.flat_config, other.flat_config
+    keys = [k for k in dict.fromkeys([*a, *b]) if k not in SAME_RUN and a.get(k) != b.get(k)]
+    if keys:
+        return ", ".join(f"{k} {b.get(k)} vs {a.get(k)}" for k in keys[:3]) + (", ..." if len(keys) > 3 else "")
+    return "same config" + ("" if other.complete and not other.subset else ", partial")
+
+
 def _choose(candidates: Sequence[Run], experiment: str | None, what: str, notes: list[str]) -> Run:
-    """The run behind a cell when several match: this experiment's, complete, largest, most recent."""
+    """The run behind a cell when several match (:data:`CHOICE_RULE`); the choice becomes a note of the table,
+    naming the runs left out and how each differs from the one used."""
     ranked = sorted(
         candidates,
         key=lambda r: (
@@ -134,8 +152,8 @@ def _choose(candidates: Sequence[Run], experiment: str | None, what: str, notes:
         reverse=True,
     )
     if len(ranked) > 1:
-        others = ", ".join(r.id for r in ranked[1:])
-        notes.append(f"{what}: {len(ranked)} runs match; using {ranked[0].id} (not: {others})")
+        others = "; ".join(f"{r.id}: {_differences(ranked[0], r)}" for r in ranked[1:])
+        notes.append(f"{what}: {len(ranked)} runs match; using {ranked[0].id} (not {others})")
     return ranked[0]
 
 
@@ -187,8 +205,26 @@ def _run_cells(spec: TableSpec, row: Row, notes: list[str]) -> list[Cell]:
         except ScorerError as err:
             n = None
             notes.append(f"{run.id}: n unavailable ({err})")
-        cells.append(Cell(flatten_scores(run.scores).get(column.score), n, partial=not run.complete or run.subset))
+        cells.append(Cell(_score(run, column.score, notes), n, partial=not run.complete or run.subset))
     return cells
+
+
+def _score(run: Run, path: str, notes: list[str]) -> float | None:
+    """The run's score at ``path``: its metrics.json's, else scored from its predictions (a metrics.json written
+    before that score existed, or edited by hand), noted; a score neither holds is noted too, never a silent –."""
+    scores = flatten_scores(run.scores)
+    if path in scores:
+        return scores[path]  # None here is the scorer's own "no questions" (a task the subset lacks)
+    try:
+        rescored = flatten_scores(run.rescored)
+    except ScorerError as err:
+        notes.append(f"{run.id}: no score {path} in its metrics.json, and its predictions cannot be scored ({err})")
+        return None
+    if path not in rescored:
+        notes.append(f"{run.id}: no score {path} in its metrics.json nor from its {len(run.predictions)} predictions")
+        return None
+    notes.append(f"{run.id}: its metrics.json has no score {path}; scored from its {len(run.predictions)} predictions")
+    return rescored[path]
 
 
 def _explicit_rows(
@@ -312,7 +348,8 @@ def build_table(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, e
         return table
     _check_models(table, _candidates(spec, runs, experiment))
     make = _auto_rows if isinstance(spec.rows, AutoRows) else _explicit_rows
-    table.rows = make(spec, runs, published, experiment, table.notes)
+    table.rows = make(spec, runs, published, experiment, table.choices)
+    table.notes += table.choices
     for row in table.rows:
         if not row.published:
             row.cells = _run_cells(spec, row, table.notes)

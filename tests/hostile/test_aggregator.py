@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -135,3 +137,75 @@ def test_out_naming_a_file_is_one_line(tmp_path: Path, capsys):
         f"error: --out {tmp_path / 'out'} is a file, not a folder: name a folder (it is created if missing)"
     ]
     assert (tmp_path / "out").read_text() == "mine"
+
+
+def test_the_run_chosen_among_several_is_in_the_table_with_the_rule(tmp_path: Path, capsys):
+    """Several runs for one row: the table's own note names the run used, the rule, and how the others differ"""
+    make_run(tmp_path / "runs", "a_seed0", recs=records(12, right=6))
+    other = make_run(tmp_path / "runs", "b_seed1", recs=records(12, right=9))
+    config = (other / CONFIG).read_text().replace("\nseed: 0", "\nseed: 1")
+    (other / CONFIG).write_text(config)
+    code, _ = report(tmp_path, tmp_path / "runs", capsys=capsys)
+    assert code == 0
+    for ext in ("md", "tex"):
+        text = (tmp_path / "out" / f"main.{ext}").read_text()
+        assert "Several runs fit a row: where several runs fit a row, it shows this experiment" in text
+        assert "then the first by run directory" in text
+    md = (tmp_path / "out" / "main.md").read_text()
+    assert "2 runs match; using a_seed0 (not b_seed1: seed 1 vs 0)" in md
+    assert "| 50.0 |" in md  # a_seed0's score: the first by run directory among equals
+
+
+def test_a_score_missing_from_metrics_is_scored_from_the_predictions(tmp_path: Path, capsys):
+    """A metrics.json without a score the table needs: scored from the predictions, with a note (never a silent –)"""
+    run_dir = make_run(tmp_path / "runs")
+    metrics = json.loads((run_dir / METRICS).read_text())
+    del metrics["scores"]["Avg"]
+    (run_dir / METRICS).write_text(json.dumps(metrics))
+    code, err = report(tmp_path, tmp_path / "runs", capsys=capsys)
+    assert code == 0
+    assert "note: fp16: its metrics.json has no score Avg; scored from its 12 predictions" in err
+    assert "| FP16 | 50.0 | 50.0 |" in (tmp_path / "out" / "main.md").read_text()
+
+
+def test_a_pipe_in_a_row_label_is_escaped_in_markdown(tmp_path: Path, capsys):
+    """A | in a markdown row label is escaped, so the row keeps its columns"""
+    make_run(tmp_path / "runs")
+    code = results_main(
+        [str(experiment(tmp_path, label="A|B")), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
+    )
+    assert code == 0
+    row = next(line for line in (tmp_path / "out" / "main.md").read_text().splitlines() if "A\\|B" in line)
+    assert row == "| A\\|B | 50.0 | 50.0 |"
+
+
+@pytest.mark.parametrize(
+    "caption, compiles",
+    [("Précis: α-sweep, naïve Δ ≤ 3 — ok", True), ("Модель 模型", False)],
+    ids=["accents-greek", "cyrillic-cjk"],
+)
+def test_non_latin_caption_compiles_or_is_one_line(tmp_path: Path, capsys, caption, compiles):
+    """A caption with accents and Greek compiles under pdflatex; another script is one error line naming the table"""
+    make_run(tmp_path / "runs")
+    path = tmp_path / "tiny_study.yaml"
+    path.write_text(EXPERIMENT.format(caption=json.dumps(caption), label="FP16"))
+    code = results_main([str(path), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    if not compiles:
+        assert code == 2 and len(err) == 1
+        assert err[0].startswith("error: table 'main' as LaTeX: ") and "CYRILLIC CAPITAL LETTER EM" in err[0]
+        return
+    assert code == 0
+    if shutil.which("pdflatex") is None:
+        pytest.skip("no TeX engine installed")
+    body = (tmp_path / "out" / "main.tex").read_text()
+    document = "\\documentclass{article}\\usepackage{booktabs}\\begin{document}" + body + "\\end{document}"
+    (tmp_path / "t.tex").write_text(document)
+    done = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
