@@ -1,6 +1,8 @@
 """The transformers Cache the model sees: one :class:`StoreLayer` per decoder layer, delegating to a KV store.
 
-Tokens prefilled while the cache is *committing* (system prefix, video chunks) go into the stores. Tokens prefilled
+Tokens prefilled while the cache is *committing* (system prefix, video chunks) go into the stores; their own forward
+attends them as they are and the tokens stored before them as the store reads them
+(:meth:`~infinipotv.kv.store.KVStore.commit`: KIVI's prefill attends its own tokens unquantized). Tokens prefilled
 inside :meth:`StreamCache.transient` (a question and its answer) go into a full-precision tail that is dropped when
 the block ends: the video memory that the next question or the next frames see cannot depend on what was asked.
 """
@@ -63,10 +65,10 @@ class StoreLayer(CacheLayerMixin):
                 raise RuntimeError(
                     "StreamCache: token ids for the committed tokens were not set (use cache.commit(ids))"
                 )
-            self.store.append(k, v, self.token_ids)
+            keys, values = self.store.commit(k, v, self.token_ids)
+            return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)
         keys, values = self.store.read() if len(self.store) else (k[:, :0], v[:, :0])
-        if self.tail is not None:
-            keys, values = joined(keys, self.tail[0], self.dtype), joined(values, self.tail[1], self.dtype)
+        keys, values = joined(keys, self.tail[0], self.dtype), joined(values, self.tail[1], self.dtype)
         return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)
 
     def get_seq_length(self) -> int:

@@ -51,7 +51,7 @@ from infinipotv.kv.ragged import (
     select_rows,
     take_rows,
 )
-from infinipotv.kv.store import POSITION_DTYPE, KVStore
+from infinipotv.kv.store import POSITION_DTYPE, KVStore, Rows
 
 KEY_BLOCK_BYTES = 1 << 21  # CPU, PyTorch path: key scale/zero rows gathered per block of tokens of about this size
 GROUP_COUNT_DTYPE = torch.int16  # survivors per key group (<= group_size), with the [H] lengths the bookkeeping
@@ -245,16 +245,36 @@ class KiviStore(KVStore):
         self._ids = self._ids.gather(1, indices)
         self._nq = HeadLengths.from_device(plan.quantized)
 
-    def read(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values dequantized straight into their ``[H, T, D]`` outputs: a head's quantized tokens are its
-        first rows, so the codes of every head are dequantized in place into rows ``0 .. Lq-1`` (a head's rows past
-        its own ``nq[h]`` receive padding), then each head's residual window is copied over rows ``nq[h] ..
-        T-1``. No intermediate full-size copy of the quantized part is made and nothing is joined afterwards."""
+    def read(self) -> Rows:
+        """Keys and values dequantized straight into their ``[H, T, D]`` outputs (:meth:`_read_into`)."""
+        return self._read_into(0)
+
+    def commit(self, keys: torch.Tensor, values: torch.Tensor, token_ids: torch.Tensor) -> Rows:
+        """What a committing forward attends, in one ``[H, T + N, D]`` allocation (the size :meth:`read` after
+        :meth:`append` had): the stored tokens dequantized into its first ``T`` rows, the forward's own tokens
+        copied as they are (rounded to the window's dtype) into the last ``N``; then they are appended, and
+        quantized by the window rule exactly as before. No full-precision copy of the cache beyond that one."""
+        if self._ids is None:
+            self.append(keys, values, token_ids)
+            return keys.to(self.dtype), values.to(self.dtype)
+        n = keys.shape[1]
+        out_k, out_v = self._read_into(n)
+        out_k[:, -n:].copy_(keys)
+        out_v[:, -n:].copy_(values)
+        self.append(keys, values, token_ids)
+        return out_k, out_v
+
+    def _read_into(self, room: int) -> Rows:
+        """Keys and values ``[H, T + room, D]``: the stored tokens dequantized into rows ``0 .. T-1`` (the last
+        ``room`` rows are left for the caller). A head's quantized tokens are its first rows, so the codes of every
+        head are dequantized in place into rows ``0 .. Lq-1`` (a head's rows past its own ``nq[h]`` receive
+        padding), then each head's residual window is copied over rows ``nq[h] .. T-1``. No intermediate full-size
+        copy of the quantized part is made and nothing is joined afterwards."""
         if self._ids is None:
             raise RuntimeError("read() on an empty KiviStore: append tokens first")
         h, t = self._ids.shape
         d, lq = self._res_k.shape[1], self._k_codes.shape[1]
-        keys = torch.empty(h, t, d, dtype=self.dtype, device=self._ids.device)
+        keys = torch.empty(h, t + room, d, dtype=self.dtype, device=self._ids.device)
         values = torch.empty_like(keys)
         rows, dest = self._read_rows()
         if lq:
@@ -263,6 +283,8 @@ class KiviStore(KVStore):
                 self._v_codes, self._v_scale, self._v_zero, self.bits, self.group_size, "value", out=values[:, :lq]
             )
         if self._res_k.shape[0]:
+            if room:  # rows of the flattened [H * T] output -> of [H * (T + room)]
+                dest = dest + torch.div(dest, t, rounding_mode="floor") * room
             keys.view(-1, d).index_copy_(0, dest, self._res_k)
             values.view(-1, d).index_copy_(0, dest, self._res_v)
         return keys, values

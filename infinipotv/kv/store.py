@@ -15,6 +15,7 @@ from infinipotv.kv.accounting import Layout, Storage
 from infinipotv.kv.ragged import flat_rows, take_rows
 
 POSITION_DTYPE = torch.int32  # one stored id per token per head: the "4 B pos" of the byte accounting
+Rows = tuple[torch.Tensor, torch.Tensor]  # keys and values ``[H, N, D]``
 
 
 class KVStore(ABC):
@@ -38,6 +39,24 @@ class KVStore(ABC):
         """Keys and values ``[H, T, D]`` in the store's dtype, as attention and the policies read them: the stored
         tensors themselves where the store keeps them as they are, else built from what it keeps (KIVI dequantizes
         its codes)."""
+
+    def commit(self, keys: torch.Tensor, values: torch.Tensor, token_ids: torch.Tensor) -> Rows:
+        """Append a committing forward's tokens (``append``'s arguments) and return what that forward attends,
+        ``[H, T + N, D]`` in the store's dtype: the tokens stored before it as :meth:`read` gives them, then its own
+        as they are, rounded to the store's dtype only (``spec/kivi.md``: KIVI's prefill attends its own keys and
+        values unquantized and packs them afterwards). The store holds exactly what :meth:`append` makes of them.
+        A store whose :meth:`read` is lossy builds the output in one allocation where it can (KIVI)."""
+        if not len(self):
+            self.append(keys, values, token_ids)
+            dtype = self.read()[0].dtype
+            return keys.to(dtype), values.to(dtype)
+        stored_k, stored_v = self.read()
+        out = (
+            torch.cat([stored_k, keys.to(stored_k.dtype)], dim=1),
+            torch.cat([stored_v, values.to(stored_v.dtype)], dim=1),
+        )
+        self.append(keys, values, token_ids)
+        return out
 
     @abstractmethod
     def token_ids(self) -> torch.Tensor:
@@ -91,6 +110,12 @@ class FullPrecisionStore(KVStore):
     def read(self) -> tuple[torch.Tensor, torch.Tensor]:
         assert self._keys is not None and self._values is not None, "read() on an empty store"
         return self._keys, self._values
+
+    def commit(self, keys: torch.Tensor, values: torch.Tensor, token_ids: torch.Tensor) -> Rows:
+        """Append, then the stored tensors themselves: what this store reads back is what it was given (in its
+        dtype), so the forward's own tokens are at full precision with no copy of the cache."""
+        self.append(keys, values, token_ids)
+        return self.read()
 
     def token_ids(self) -> torch.Tensor:
         assert self._ids is not None, "token_ids() on an empty store"
