@@ -20,6 +20,7 @@ from infinipotv.models import MissingWeightsError
 from infinipotv.models.loading import check_weights
 from infinipotv.results.tracking import track_run
 from infinipotv.rundir import RunDirError
+from infinipotv.threads import use_threads
 
 register_configs()
 
@@ -30,6 +31,7 @@ def main(dcfg: DictConfig) -> dict:
         cfg = as_run_config(dcfg)
         check_weights(cfg.model)  # the first thing a missing checkpoint should hear about
         validate(cfg)
+        use_threads(cfg.threads)
         run_dir = Path(cfg.run_dir or HydraConfig.get().runtime.output_dir)
         metrics = run_job(cfg, run_dir, finished=track_run)
     except (ConfigError, MissingWeightsError, RunDirError) as err:

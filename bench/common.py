@@ -145,11 +145,23 @@ def environment(device: torch.device) -> dict[str, Any]:
         "cpu_threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
+        "cpu_model": cpu_model(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
     }
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
     return env
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux's /proc/cpuinfo), so that a figure names its machine."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def write_result(out: Path, name: str, data: dict[str, Any], smoke: bool, device: torch.device) -> Path:

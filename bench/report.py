@@ -36,7 +36,8 @@ def _mark(ok: bool) -> str:
 
 def _header(data: dict[str, Any]) -> str:
     env = data["environment"]
-    where = env.get("gpu") or f"{env['machine']} CPU, {env['cpu_threads']} torch thread(s) of {env['cpus']} cores"
+    cpu = env.get("cpu_model") or f"{env['machine']} CPU"
+    where = env.get("gpu") or f"{cpu}, {env['cpu_threads']} torch thread(s) of {env['cpus']} cores"
     smoke = " **Smoke run: sizes too small for the numbers to mean anything.**" if data["smoke"] else ""
     sha, dirty, _ = env["git_sha"].partition("-dirty")
     code = sha[:12] + (" with uncommitted changes" if dirty else "")
@@ -495,6 +496,40 @@ def default_run_section(data: dict[str, Any], out: Path) -> list[str]:
     return lines
 
 
+def threads_section(data: dict[str, Any], out: Path) -> list[str]:
+    what = " ".join(data["overrides"]) or "the embedded default"
+    lines = [
+        "## 9. Torch threads for the default run",
+        _header(data),
+        "",
+        f"`python run.py threads=N` ({what}) as a process with warm caches and no thread variables in its "
+        f"environment, {data['rounds']} round(s) in alternating order on {data['cores']} cores; each setting's "
+        f"figure is its fastest round. Load average {data['load_start'][0]:.2f} at the start, "
+        f"{data['load_end'][0]:.2f} at the end (a loaded machine slows every setting, and more threads most). "
+        f"Command: `{data['command']}`.",
+        "",
+        "| threads= | torch threads | wall s (fastest) | wall s (each round) | job s (fastest) | load before each |",
+        "|---|---:|---:|---|---:|---|",
+    ]
+    for name, runs in data["runs"].items():
+        best = min(runs, key=lambda r: r["wall_seconds"])
+        lines.append(
+            f"| {name} | {best['torch_threads']} | {best['wall_seconds']:.1f} | "
+            + ", ".join(f"{r['wall_seconds']:.1f}" for r in runs)
+            + f" | {best['job_seconds']:.1f} | "
+            + ", ".join(f"{r['load_before'][0]:.2f}" for r in runs)
+            + " |"
+        )
+    ratio, bound = data["auto_over_fastest"], data["auto_within"]
+    lines += [
+        "",
+        f"Fastest setting: threads={data['fastest']}; `threads=auto` (what `make run` uses) at {ratio:.2f}x it, "
+        f"within {100 * bound:.0f}%: **{_mark(ratio <= 1 + bound)}**; every run gives the same "
+        f"{data['n_predictions']} predictions: **{_mark(data['same_predictions'])}**.",
+    ]
+    return lines
+
+
 SECTIONS: tuple[tuple[str, str, Section], ...] = (
     ("memory", "python -m bench.memory", memory_section),
     ("overhead", "python -m bench.overhead", overhead_section),
@@ -504,6 +539,7 @@ SECTIONS: tuple[tuple[str, str, Section], ...] = (
     ("gpu_table_a4", "python -m bench.gpu_table_a4 (on a GPU: docs/performance.md)", gpu_section),
     ("host_memory", "python -m bench.host_memory", host_memory_section),
     ("default_run", "python -m bench.default_run", default_run_section),
+    ("threads", "python -m bench.threads", threads_section),
 )
 
 

@@ -161,6 +161,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: Tracking = Tracking.none
     seed: int = 0
+    threads: str = "auto"  # torch's CPU threads: auto (infinipotv.threads) or a count; speed only, never a result
     run_dir: Optional[str] = None  # None = Hydra's output directory (a unique time-stamped folder)
     retry_errors: bool = False  # on resume, answer again the questions whose records are errors
     experiment: Optional[str] = None  # set by experiments/NAME.yaml; recorded for the results aggregator

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from infinipotv import compress
+from infinipotv import compress, threads
 from infinipotv.config import CompressConfig, ConfigError, RunConfig, policy_config
 from infinipotv.data import BENCHMARKS, Benchmark
 from infinipotv.kv import cache_bytes, make_store_factory, tokens_for_bytes
@@ -85,6 +85,7 @@ def validate(cfg: RunConfig) -> None:
     _choice("model.family", cfg.model.family, ADAPTERS)
     _choice("compress.name", cfg.compress.name, compress.POLICIES)
     _choice("benchmark.name", cfg.benchmark.name, BENCHMARKS)
+    threads.resolve(cfg.threads)
     if cfg.quant.bits not in QUANT_BITS:
         raise ConfigError(
             f"quant.bits={cfg.quant.bits} is not supported; use one of {QUANT_BITS} (16 = full precision)"

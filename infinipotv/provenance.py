@@ -10,6 +10,10 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+import torch
+
+from infinipotv.threads import available_cores
+
 PACKAGES = ("infinipotv", "torch", "transformers", "hydra-core", "submitit", "av", "numpy", "pandas", "wandb")
 
 
@@ -51,6 +55,8 @@ def provenance(seed: int) -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "host": socket.gethostname(),
+        "cpu_threads": torch.get_num_threads(),  # torch's, as run.py set them (threads=)
+        "cpus": available_cores(),
         "seed": seed,
         "start": now(),
         "end": None,

@@ -30,8 +30,9 @@ PREDICTIONS, METRICS, MEMORY, PROVENANCE, CONFIG = (
     "config.yaml",
 )
 LOCK = ".lock"
-#: Top-level config keys that say where and how a run is reported, not what it computes: a resume may change them.
-NOT_THE_RUN = ("run_dir", "tracking", "experiment", "table", "retry_errors")
+#: Top-level config keys that say where, how fast or how a run is reported, not what it computes: a resume may
+#: change them.
+NOT_THE_RUN = ("run_dir", "tracking", "experiment", "table", "retry_errors", "threads")
 
 
 class RunDirError(RuntimeError):

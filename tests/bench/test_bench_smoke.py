@@ -21,6 +21,7 @@ SCRIPTS = (
     "gpu_table_a4",
     "host_memory",
     "default_run",
+    "threads",
 )
 
 
