@@ -209,6 +209,17 @@ def claims(ratio_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def stream_claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 29's claim, on this run's streaming loop: at every bit width our KIVI store's last-token log-prob gap to
+    the full-precision cache is at most QuantizedCache's (both attend a forward's own tokens at full precision)."""
+    gap = {(r["impl"], r["bits"]): r["max_logprob_gap_to_dynamic"] for r in rows}
+    return [
+        {"bits": b, "ours": ours, "quanto": gap[("quanto_cache", b)], "holds": ours <= gap[("quanto_cache", b)]}
+        for (impl, b), ours in gap.items()
+        if impl == "kivi_store" and ("quanto_cache", b) in gap
+    ]
+
+
 def stream_model(heads: int, head_dim: int, layers: int, dtype: torch.dtype) -> Any:
     """A small Llama (random weights) whose layers have the KV shape under test: the attention and cache work of a
     7B layer, a fraction of its matmuls."""
@@ -313,6 +324,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         r["mib_per_s"] = mib / r["min_seconds"]
     ratio_rows = ratios(codec)
     model = stream_model(args.heads, args.head_dim, args.stream_layers, dtype).to(device)
+    stream = stream_rows(model, args.stream_tokens, args.stream_chunk, (4, 2))
     data = {
         "shape": {
             "heads": args.heads,
@@ -332,7 +344,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "tokens": args.stream_tokens,
             "chunk": args.stream_chunk,
             "layers": args.stream_layers,
-            "rows": stream_rows(model, args.stream_tokens, args.stream_chunk, (4, 2)),
+            "rows": stream,
+            "claims": stream_claims(stream),
         },
     }
     write_result(args.out, "kivi_throughput", data, args.smoke, device)

@@ -299,6 +299,15 @@ def kivi_section(data: dict[str, Any], out: Path) -> list[str]:
                 f"| {r['impl']} | {r['bits'] or 'fp'} | {r['stream_seconds']:.2f} | "
                 f"{1e3 * r['last_step_seconds']:.1f} | {r['max_logprob_gap_to_dynamic']:.3f} |"
             )
+        held = stream.get("claims", [])
+        if held:
+            lines += [
+                "",
+                "Claim (issue 29): our log-prob gap at most QuantizedCache's at every bit width: "
+                f"**{_mark(all(c['holds'] for c in held))}** ("
+                + ", ".join(f"{c['bits']}-bit {c['ours']:.3f} vs {c['quanto']:.3f}" for c in held)
+                + ").",
+            ]
     return lines
 
 
