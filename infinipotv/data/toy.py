@@ -42,9 +42,15 @@ VARIANTS: dict[str, Callable[..., BenchmarkConfig]] = {
 }
 
 
+#: Video-MME's toy video for the documented toy run (``stream=toy``): 32 s of 112 x 112 frames, which the tiny
+#: Qwen2-VL streams as 32 model frames of 16 vision tokens (512), seven times its |M| of 72. The fixtures keep 3 s.
+TOY_VIDEOMME = {"n_frames": 128, "size": 112}
+
+
 def write_toy(root: Path, errors: bool = False) -> dict[str, BenchmarkConfig]:
     """Every toy set under ``root``; returns folder name -> the config that loads it."""
-    configs = {name: build(root / name, errors=errors) for name, build in {**BUILDERS, **VARIANTS}.items()}
+    builders = {**BUILDERS, "videomme": partial(build_videomme, **TOY_VIDEOMME), **VARIANTS}
+    configs = {name: build(root / name, errors=errors) for name, build in builders.items()}
     build_hf_home(root / "hf_home")
     return configs
 

@@ -73,9 +73,12 @@ def _vmme(qid: str, vid: str, duration: str, task: str, answer: str, n_options: 
     }
 
 
-def build_videomme(root: Path, fmt: str = "parquet", errors: bool = True) -> BenchmarkConfig:
-    """Video vmmeA (2 questions, file present); errors: vmmeB (1 question, file missing), one row with 2 options."""
-    tiny_video(root / "data" / "vmmeA.mp4")
+def build_videomme(
+    root: Path, fmt: str = "parquet", errors: bool = True, n_frames: int = 12, size: int = 64
+) -> BenchmarkConfig:
+    """Video vmmeA (2 questions, file present, ``n_frames`` of ``size`` pixels square at 4 fps); errors: vmmeB
+    (1 question, file missing), one row with 2 options."""
+    tiny_video(root / "data" / "vmmeA.mp4", n_frames=n_frames, size=size)
     rows = [
         _vmme("001-1", "vmmeA", "short", "Counting Problem", "C"),
         _vmme("001-2", "vmmeA", "short", "OCR Problems", "A"),
