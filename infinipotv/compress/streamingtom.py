@@ -19,8 +19,14 @@ method's docs. The DPC noise comes from a generator seeded per frame, so a resum
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
+
+from .base import Policy, check_range, register
+from .layout import FrameLayout
 
 RETAIN = 50  # CTR_RETAIN_TOKENS: G
 TAU = 0.9  # CTR_SIMILARITY_THRESHOLD
@@ -152,3 +158,75 @@ def reduce_chunk(
         tokens.append(kept)
         slots.append(slot)
     return torch.cat(tokens), torch.stack(slots)
+
+
+@register("streamingtom")
+@dataclass(frozen=True)
+class StreamingTOM(Policy):
+    """StreamingTOM (CVPR 2026; code github.com/YIGE24/StreamingTOM at 6c66b05).
+
+    Before the LLM, CTR cuts every frame to ``retain`` tokens (:func:`reduce_chunk`: static tokens, those like the
+    previous frame's token at the same place above ``tau``, merged by density-peak clustering; dynamic ones by
+    saliency). After it, OQM (:class:`infinipotv.kv.oqm.OQMStore`) stores every kept token as 4-bit codes in groups
+    of one frame (G = ``retain``) with one full-precision mean pre-RoPE key per group; chunks are prefilled over
+    the prefix and the newest ``window`` tokens dequantized. At a question, a transient forward of the bare question
+    gives each layer's mean query; the groups whose keys are closest in cosine, up to |M| tokens, are dequantized
+    and the prompt reads [prefix | those groups] (:func:`infinipotv.kv.oqm.top_groups`). Query-agnostic while the
+    video streams, query-aware at the answer. The memory grows with the stream (~3.3x smaller than fp16 per token):
+    every byte is counted, on the accelerator, as upstream keeps it.
+
+    Equal memory: ``compress.budget`` |M| is the answer's retrieved tokens (upstream's OQM_RETRIEVAL_MAX_TOKENS,
+    12,544), dequantized on the accelerator like every other method's |M|; the OQM itself is counted on top of it.
+
+    Departures (docs/extending.md): saliency is the vision tower's attention upstream; no adapter gives it yet, so
+    every model uses :func:`embedding_saliency` (1 - cosine of a token's embedding with its frame's mean); the
+    symbolic model's glyph reader has no attention at all. Positions are the stream's own (upstream prefills each
+    batch at positions following its window and the prompt at ``len(retrieved)``). The encode window defaults to
+    |M| tokens (upstream: 4,800), the OQM stays on the accelerator (no host placement offered), and DPC's noise is
+    seeded per frame.
+
+    Parameters:
+        retain: tokens kept per frame, G (upstream 50 of 196); at most the model's tokens per frame.
+        tau: the cosine above which a token is static (upstream 0.9).
+        k: DPC's nearest neighbours (upstream 7).
+        beta: a static centre's own share after merging (upstream 0.6; 1.0: no merging).
+        bits: OQM's code width (upstream 4).
+        window: tokens of the newest memory a chunk's prefill attends, dequantized (None: |M|).
+        seed: seeds DPC's tie-breaking noise.
+    """
+
+    streaming: ClassVar[str] = "streamingtom"
+    retain: int = RETAIN
+    tau: float = TAU
+    k: int = DPC_K
+    beta: float = BETA
+    bits: int = 4
+    window: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.retain < 1 or self.k < 1:
+            raise ValueError(f"retain={self.retain} and k={self.k} must be >= 1 (upstream: retain=50, k=7)")
+        check_range("tau", self.tau, -1.0, 1.0)
+        check_range("beta", self.beta, 0.0, 1.0)
+        if self.bits not in (2, 4, 8):
+            raise ValueError(f"bits={self.bits} is not supported: use 2, 4 or 8 (upstream: 4)")
+        if self.window is not None and self.window < 0:
+            raise ValueError(f"window={self.window} must be >= 0 tokens (None: |M|)")
+
+    def validate(self, n_keep: int, tokens_per_frame: int, n_tokens: int) -> None:
+        super().validate(n_keep, tokens_per_frame, n_tokens)
+        if self.retain > tokens_per_frame:
+            raise ValueError(
+                f"retain={self.retain} is more than the model's {tokens_per_frame} tokens per frame: set "
+                f"compress.retain to at most {tokens_per_frame}"
+            )
+
+    def keep(
+        self, keys: torch.Tensor, values: torch.Tensor, layout: FrameLayout, n_keep: int, layer: int, n_layers: int
+    ) -> torch.Tensor:
+        raise NotImplementedError(
+            "StreamingTOM keeps every token in OQM and retrieves at a question: it is streamed by "
+            "infinipotv.stream.streamingtom, not called alone"
+        )

@@ -12,7 +12,15 @@ difference (exact for 1-D RoPE), which is what rotating pre-RoPE keys at the new
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
+
+from .base import Policy, check_choice, register
+from .layout import FrameLayout
+
+POS_MODES = ("shrink", "original")
 
 
 def window_keep(frame: torch.Tensor, window: int) -> torch.Tensor:
@@ -30,3 +38,44 @@ def window_keep(frame: torch.Tensor, window: int) -> torch.Tensor:
 def shrink_positions(start: int, n: int, device: torch.device | str | None = None) -> torch.Tensor:
     """``pos_mode="shrink"``: the survivors' positions, ``start .. start + n - 1`` in stream order."""
     return torch.arange(start, start + n, device=device)
+
+
+@register("streamingvlm")
+@dataclass(frozen=True)
+class StreamingVLM(Policy):
+    """StreamingVLM's inference cache (Xu et al., "StreamingVLM: Real-Time Understanding for Infinite Video
+    Streams", 2025; code github.com/mit-han-lab/streaming-vlm at a940d8c).
+
+    **A baseline, not StreamingVLM.** Its results come from its own fine-tuned checkpoint
+    (``mit-han-lab/StreamingVLM``, trained for this cache); without that checkpoint, as here on every model, this is
+    the inference policy only: an attention sink (the system prefix), the most recent ``|M| // p`` whole frames of
+    vision, evicted after every chunk (|M| + chunk -> |M|), and contiguous positions (``pos_mode="shrink"``,
+    upstream's default): after each eviction the survivors are re-rotated to follow the prefix, and the next chunk
+    and the question continue from there. Query-agnostic; no attention weights.
+
+    Departures (docs/extending.md): the sink is the system prefix and there is no text window, because the harness
+    commits no other text (questions and answers are transient; upstream's 20-token commentary per chunk is not
+    generated); the vision window is counted in frames of the memory budget |M| (upstream: 16 one-second chunks),
+    so every method holds the same accelerator tokens; upstream caches keys before RoPE and rotates the whole cache
+    at every step, here keys stay rotated and survivors are rotated by the shift (the same keys up to rounding;
+    exact in fp32), which needs full-precision storage (KIVI codes cannot be rotated without re-quantizing them);
+    on M-RoPE models (Qwen2-VL, Qwen2.5-VL) the positions stay the original ones (no contiguous (t, h, w) order).
+
+    Parameters:
+        pos_mode: ``shrink`` (contiguous positions, upstream's default) or ``original`` (positions as streamed).
+    """
+
+    streaming: ClassVar[str] = "streamingvlm"
+    pos_mode: str = "shrink"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("pos_mode", self.pos_mode, POS_MODES)
+
+    def keep(
+        self, keys: torch.Tensor, values: torch.Tensor, layout: FrameLayout, n_keep: int, layer: int, n_layers: int
+    ) -> torch.Tensor:
+        """The most recent ``n_keep`` tokens, the same in every head: the window at token granularity (the
+        streaming method keeps whole frames, :func:`window_keep`)."""
+        n_tokens = keys.shape[1]
+        return torch.arange(n_tokens - n_keep, n_tokens, device=keys.device).expand(keys.shape[0], n_keep)

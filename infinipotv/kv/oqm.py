@@ -28,8 +28,9 @@ import math
 
 import torch
 
+from infinipotv.kv.accounting import Layout, Storage
 from infinipotv.kv.quant import check_bits, levels, pack_codes, unpack_codes
-from infinipotv.kv.store import POSITION_DTYPE
+from infinipotv.kv.store import POSITION_DTYPE, KVStore
 
 GROUP_SIZE = 50  # OQM_GROUP_SIZE (= CTR_RETAIN_TOKENS)
 BITS = 4  # OQM_QUANTIZATION_BITS
@@ -147,14 +148,33 @@ class OQMStore:
         k0, v0 = self._init
         if not self._n_groups:
             return k0, v0
-        codes, params = torch.cat(self._codes, dim=1), torch.cat(self._scale_min, dim=2)
-        if groups is not None:
+        if groups is None:
+            codes, params = torch.cat(self._codes, dim=1), torch.cat(self._scale_min, dim=2)
+        elif (
+            groups.numel() and int(groups[0]) == self._n_groups - len(groups) and int(groups[-1]) == self._n_groups - 1
+        ):
+            codes, params = self._trailing(int(groups[0]))  # a window at the end: no copy of the whole memory
+        else:
+            codes, params = torch.cat(self._codes, dim=1), torch.cat(self._scale_min, dim=2)
             codes, params = codes[:, groups.to(codes.device)], params[:, :, groups.to(codes.device)]
         scale, mn = params.float().unsqueeze(-2)  # [2, g, H, 1, D] each
         x = unpack_codes(codes, self.bits, torch.float32) * scale + mn
         _, g, h, size, d = x.shape
         k, v = x.transpose(1, 2).reshape(2, h, g * size, d).to(self.dtype)
         return torch.cat([k0, k], dim=1), torch.cat([v0, v], dim=1)
+
+    def _trailing(self, first: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Codes and scale/min of groups ``first ..`` (a window at the end), concatenating only the appends that
+        hold them (a chunk's prefill reads the window, not the whole memory)."""
+        codes, params, start = [], [], self._n_groups
+        for c, m in zip(reversed(self._codes), reversed(self._scale_min)):
+            if start <= first:
+                break
+            start -= c.shape[1]
+            skip = max(0, first - start)
+            codes.append(c[:, skip:])
+            params.append(m[:, :, skip:])
+        return torch.cat(codes[::-1], dim=1), torch.cat(params[::-1], dim=2)
 
     def group_ids(self, groups: torch.Tensor) -> torch.Tensor:
         """``[P + n * G]`` stream ids of :meth:`read_groups`' tokens."""
@@ -186,3 +206,52 @@ def group_bytes(heads: int, head_dim: int, group_size: int, bits: int, scale_byt
         + heads * head_dim * scale_bytes
         + group_size * POSITION_DTYPE.itemsize
     )
+
+
+class OQMLayer(KVStore):
+    """An :class:`OQMStore` as one layer of the cache a forward sees: a chunk's prefill attends the prefix and the
+    newest ``window`` tokens (whole groups) dequantized, and its own tokens join the OQM. ``len`` is that view's
+    length, not the OQM's (``oqm.n_groups``): the cache's committed length is what attention reads.
+
+    ``positions``: the stream positions of the tokens the next committing forward appends (set before each chunk's
+    prefill); ``unrotate(keys, positions)`` gives their keys before RoPE, for the group keys."""
+
+    def __init__(self, oqm: OQMStore, window: int, unrotate) -> None:
+        self.oqm, self.window, self.unrotate = oqm, window, unrotate
+        self.positions: torch.Tensor | None = None
+
+    def _window(self) -> torch.Tensor:
+        n = self.oqm.n_groups
+        return torch.arange(n - min(n, self.window // self.oqm.group_size), n)
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor, token_ids: torch.Tensor) -> None:
+        pre = None
+        if bool((token_ids != TEXT_ID).any()):
+            if self.positions is None or self.positions.shape[-1] != keys.shape[1]:
+                raise RuntimeError("OQMLayer: the positions of the appended tokens were not set before the prefill")
+            pre = self.unrotate(keys, self.positions)
+        self.oqm.append(keys, values, token_ids, pre)
+        self.positions = None
+
+    def keep(self, indices: torch.Tensor) -> None:
+        raise RuntimeError("OQM never evicts: every token it stores stays (StreamingTOM retrieves at a question)")
+
+    def read(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.oqm.read_groups(self._window())
+
+    def token_ids(self) -> torch.Tensor:
+        ids = self.oqm.group_ids(self._window())
+        heads = self.oqm.read_groups(self._window()[:0])[0].shape[0]
+        return ids.expand(heads, -1)
+
+    def nbytes(self) -> dict[str, int]:
+        return self.oqm.nbytes()
+
+    def layout(self) -> Layout:
+        raise NotImplementedError("OQM is priced by infinipotv.kv.oqm.group_bytes, not the KIVI/fp16 rates")
+
+    def storage(self) -> Storage:
+        raise NotImplementedError("OQM is priced by infinipotv.kv.oqm.group_bytes, not the KIVI/fp16 rates")
+
+    def __len__(self) -> int:
+        return self.oqm.prefix_length + len(self._window()) * self.oqm.group_size

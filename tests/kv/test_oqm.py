@@ -65,6 +65,12 @@ def test_codes_and_reads_equal_upstreams(bits):
         idx = torch.cat([torch.arange(prefix), (prefix + chosen[:, None] * size + torch.arange(size)).flatten()])
         torch.testing.assert_close(k_sel, read_k[:, idx])
         assert store.group_ids(chosen).tolist() == store.token_ids()[idx].tolist()
+    for last in (1, 2, 4, 6):  # a window at the end, starting inside an append or at its edge
+        tail = torch.arange(store.n_groups - last, store.n_groups)
+        idx = torch.cat(
+            [torch.arange(prefix), prefix + torch.arange((store.n_groups - last) * size, store.n_groups * size)]
+        )
+        torch.testing.assert_close(store.read_groups(tail)[1], read_v[:, idx])
 
 
 def test_bytes_are_counted_part_by_part_and_follow_the_formula():
