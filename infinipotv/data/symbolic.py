@@ -14,7 +14,10 @@ The generator writes real mp4 files (PyAV, lossless) and ``annotations.json`` (o
 released benchmarks) under ``benchmark.root``, in a folder named by its parameters: a knob changed gives a new
 folder, a finished one is reused. Knobs (``benchmark.options``): stream length ``frames``, ``scene_frames``,
 ``n_needles``, ``needle_span`` (where in the stream the needles sit, as fractions), ``n_distractors`` and
-``distractor_similarity`` (0 = unrelated events, 1 = near-copies of a needle's sentence). See docs/symbolic.md.
+``distractor_similarity`` (0 = unrelated events, 1 = near-copies of a needle's sentence), and the stream kind:
+``background_rows`` > 0 gives every frame a *background* in its bottom rows, a short line held at the same place for
+``background_frames`` frames (+-25%) whatever the scene or event above it, as a static background is in real video
+(the premise of TaR). See docs/symbolic.md.
 """
 
 from __future__ import annotations
@@ -32,7 +35,15 @@ import numpy as np
 from infinipotv.config import BenchmarkConfig, ConfigError
 from infinipotv.data.base import Question, VideoSample, register
 from infinipotv.data.loading import AnnotatedBenchmark, hms_seconds, options_from_list
-from infinipotv.data.symbolic_content import COLOURS, KINDS, MAX_NEEDLES, SCENE, NeedleKind, scene_cast
+from infinipotv.data.symbolic_content import (
+    COLOURS,
+    KINDS,
+    MAX_NEEDLES,
+    SCENE,
+    NeedleKind,
+    background_line,
+    scene_cast,
+)
 from infinipotv.data.video import write_video
 from infinipotv.models import glyphs
 
@@ -55,7 +66,10 @@ DEFAULTS: dict[str, Any] = {
     "question_delay": [0.2, 0.4],
     "scene_questions": 0,
     "show_options": False,
+    "background_rows": 0,
+    "background_frames": 48,
 }
+BACKGROUND_KNOBS = ("background_rows", "background_frames")  # out of the folder hash while off: old folders reused
 MAX_NEW_TOKENS = 8
 # Every value is one word and both scores read the answer's first word (``normalize``; ``choose`` finds the option
 # it names), so decoding stops once that word has ended: a word character followed by any other.
@@ -95,6 +109,8 @@ class Knobs:
     question_delay: tuple[float, float]
     scene_questions: int
     show_options: bool
+    background_rows: int
+    background_frames: int
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "Knobs":
@@ -121,6 +137,8 @@ class Knobs:
             question_delay=_span("question_delay", o["question_delay"]),
             scene_questions=int(o["scene_questions"]),
             show_options=bool(o["show_options"]),
+            background_rows=int(o["background_rows"]),
+            background_frames=int(o["background_frames"]),
         )
         knobs.check()
         return knobs
@@ -146,6 +164,11 @@ class Knobs:
                 f"(they would overlap at frames {starts}): widen needle_span, or lower n_needles or "
                 f"needle_frames"
             )
+        if not 0 <= self.background_rows < self.grid[0] or self.background_frames < 1:
+            raise ConfigError(
+                f"benchmark.options.background_rows={self.background_rows} must lie in [0, {self.grid[0] - 1}] "
+                f"(the grid's rows less one, for the events) and background_frames={self.background_frames} be >= 1"
+            )
         glyphs.frame_size(self.grid, self.patch)  # checks the patch size
 
     def needle_starts(self) -> list[int]:
@@ -157,7 +180,11 @@ class Knobs:
     @property
     def tag(self) -> str:
         """Folder name: the parameters' hash (with the seed added by the caller)."""
-        blob = json.dumps({"version": VERSION, **self.__dict__}, sort_keys=True, default=list)
+        knobs = dict(self.__dict__)
+        if not self.background_rows:
+            for key in BACKGROUND_KNOBS:
+                del knobs[key]
+        blob = json.dumps({"version": VERSION, **knobs}, sort_keys=True, default=list)
         return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
 
@@ -300,25 +327,48 @@ class _Video:
         )
 
 
+def _backgrounds(knobs: Knobs, rng: np.random.Generator) -> list[str]:
+    """A background line per frame, each held ``background_frames`` (+-25%) frames, never the same twice in a row."""
+    lines: list[str] = []
+    while len(lines) < knobs.frames:
+        line = background_line(rng)
+        if lines and line == lines[-1]:
+            continue
+        lines += [line] * max(1, round(knobs.background_frames * rng.uniform(0.75, 1.25)))
+    return lines[: knobs.frames]
+
+
+def _padded(tokenizer: Any, lines: list[str], width: int, what: str, knobs: Knobs) -> list[list[int]]:
+    """Each line's token ids padded with newlines to ``width`` tokens (one frame's share of the grid)."""
+    newline = tokenizer("\n", add_special_tokens=False).input_ids
+    ids = {line: tokenizer(f" {line}", add_special_tokens=False).input_ids for line in set(lines)}
+    too_long = [line for line, x in ids.items() if len(x) + len(newline) > width]
+    if too_long:
+        raise ConfigError(
+            f"benchmark.options.grid={list(knobs.grid)} with background_rows={knobs.background_rows} leaves "
+            f"{width} tokens per frame for the {what}, too few for {too_long[0]!r} and a newline: use at least "
+            f"[3, 4], one row more for each background row"
+        )
+    padded = {line: x + newline * ((width - len(x)) // len(newline)) for line, x in ids.items()}
+    return [padded[line] for line in lines]
+
+
 def generate(folder: Path, knobs: Knobs, seed: int) -> Path:
     """Write every video and ``annotations.json`` into ``folder`` (files replaced atomically); the annotations path."""
     from infinipotv.models.symbolic import smollm2_tokenizer
 
     tokenizer = smollm2_tokenizer()
-    newline = tokenizer("\n", add_special_tokens=False).input_ids
-    p = knobs.grid[0] * knobs.grid[1]
+    grid_rows, cols = knobs.grid
+    events = (grid_rows - knobs.background_rows) * cols
     rows: list[dict[str, Any]] = []
     for v in range(knobs.n_videos):
         video = _Video(knobs, np.random.default_rng([seed, v]), f"symbolic_{v:03d}")
-        ids = {line: tokenizer(f" {line}", add_special_tokens=False).input_ids for line in set(video.lines)}
-        too_long = [line for line, x in ids.items() if len(x) + len(newline) > p]
-        if too_long:
-            raise ConfigError(
-                f"benchmark.options.grid={list(knobs.grid)} holds {p} tokens per frame, too few for "
-                f"{too_long[0]!r} and a newline: use at least [3, 4]"
-            )
-        padded = {line: x + newline * ((p - len(x)) // len(newline)) for line, x in ids.items()}
-        tokens = np.array([padded[line] for line in video.lines]).reshape(knobs.frames, *knobs.grid)
+        frames = _padded(tokenizer, video.lines, events, "scenes and events", knobs)
+        if knobs.background_rows:  # its own random stream: the events and questions are those of the plain kind
+            background = _backgrounds(knobs, np.random.default_rng([seed, v, 1]))
+            below = _padded(tokenizer, background, knobs.background_rows * cols, "background", knobs)
+            frames = [top + bottom for top, bottom in zip(frames, below)]
+        tokens = np.array(frames).reshape(knobs.frames, *knobs.grid)
         path = folder / "videos" / f"{video.video_id}.mp4"
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.mp4")
         write_video(tmp, glyphs.encode(tokens, knobs.patch), knobs.fps, lossless=True)
@@ -358,6 +408,11 @@ class Symbolic(AnnotatedBenchmark):
     @property
     def annotations(self) -> Path:
         return Path(self.cfg.annotations) if self.cfg.annotations else self.folder / "annotations.json"
+
+    @property
+    def video_root(self) -> Path:
+        """The videos are next to the annotations (generated, or given with ``benchmark.annotations``)."""
+        return self.annotations.parent
 
     def load(self) -> list[VideoSample]:
         if not self.cfg.annotations and not self.annotations.is_file():

@@ -56,6 +56,11 @@ ITEMS = ("apples", "books", "cups", "candles", "boxes", "plates", "keys", "coins
 Value = dict[str, str]
 
 
+def background_line(rng: np.random.Generator) -> str:
+    """A static background ("grey clock"): two words, so that one row of four glyphs holds it with its newline."""
+    return f"{COLOURS[int(rng.integers(len(COLOURS)))]} {OBJECTS[int(rng.integers(len(OBJECTS)))]}"
+
+
 def _code(rng: np.random.Generator) -> Value:
     return {"value": str(int(rng.integers(1000, 10000)))}
 

@@ -12,6 +12,7 @@ from infinipotv.config import BenchmarkConfig, ConfigError
 from infinipotv.data.loading import hms_seconds
 from infinipotv.data.symbolic import Symbolic, choose, normalize
 from infinipotv.data.video import FramePlan, decode_planned
+from infinipotv.models import glyphs
 
 SMALL = {"n_videos": 2, "frames": 64, "scene_frames": 8}
 
@@ -105,11 +106,31 @@ def test_the_mix_of_formats_and_modes_follows_the_knobs(tmp_path):
         ({"frames": 4}, "frames"),
         ({"colour": "red"}, "unknown keys"),
         ({"grid": [2, 2]}, "grid"),
+        ({"background_rows": 3}, "background_rows"),
+        ({"background_rows": 1}, "background_rows=1 leaves 8 tokens"),
+        ({"background_rows": 1, "grid": [4, 4], "background_frames": 0}, "background_frames"),
     ],
 )
 def test_bad_knobs_fail_with_the_option_named(tmp_path, options, needle):
     with pytest.raises(ConfigError, match=needle):
         list(bench(tmp_path, **options).samples())
+
+
+def test_the_background_kind_adds_a_static_row_under_the_same_events(tmp_path):
+    """background_rows=1 on a 4 x 4 grid: the top three rows are the plain 3 x 4 stream, token for token, with the
+    same questions; the bottom row holds one background line for stretches of background_frames (+-25%), whatever
+    changes above it. Inert while off: background_frames alone does not make a new folder."""
+    plain, kind = bench(tmp_path), bench(tmp_path, grid=[4, 4], background_rows=1, background_frames=16)
+    (q_plain, v_plain), (q_kind, v_kind) = snapshot(plain), snapshot(kind)
+    assert [q[1:] for q in q_plain] == [q[1:] for q in q_kind]
+    for a, b in zip(v_plain, v_kind):
+        top, bottom = glyphs.decode(a), glyphs.decode(b)
+        assert np.array_equal(bottom[:, :3], top)
+        row = [tuple(r) for r in bottom[:, 3].reshape(len(bottom), -1)]
+        starts = [i for i in range(1, len(row)) if row[i] != row[i - 1]]
+        assert starts and all(12 <= y - x <= 20 for x, y in zip([0, *starts], starts))
+        assert len({row[s] for s in [0, *starts]}) > 1
+    assert bench(tmp_path, background_frames=7).folder == plain.folder != kind.folder
 
 
 def test_short_answers_and_choices_are_read_from_the_completion():
