@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from .base import Policy, check_range, register
 from .layout import FrameLayout
 
-RETAIN = 50  # CTR_RETAIN_TOKENS: G
+RETAIN = 50  # CTR_RETAIN_TOKENS: G, of LLaVA-OneVision's 196 tokens per frame (asserted upstream)
+UPSTREAM_FRAME = 196
 TAU = 0.9  # CTR_SIMILARITY_THRESHOLD
 DPC_K = 7  # CTR_K
 BETA = 0.6  # CTR_BETA
@@ -186,7 +187,8 @@ class StreamingTOM(Policy):
     seeded per frame.
 
     Parameters:
-        retain: tokens kept per frame, G (upstream 50 of 196); at most the model's tokens per frame.
+        retain: tokens kept per frame, G, at most the model's tokens per frame p (None: upstream's share,
+            ``max(1, round(p * 50 / 196))``: 50 on LLaVA-OneVision's 196, 3 on the symbolic model's 12).
         tau: the cosine above which a token is static (upstream 0.9).
         k: DPC's nearest neighbours (upstream 7).
         beta: a static centre's own share after merging (upstream 0.6; 1.0: no merging).
@@ -196,7 +198,7 @@ class StreamingTOM(Policy):
     """
 
     streaming: ClassVar[str] = "streamingtom"
-    retain: int = RETAIN
+    retain: int | None = None
     tau: float = TAU
     k: int = DPC_K
     beta: float = BETA
@@ -206,7 +208,7 @@ class StreamingTOM(Policy):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.retain < 1 or self.k < 1:
+        if (self.retain is not None and self.retain < 1) or self.k < 1:
             raise ValueError(f"retain={self.retain} and k={self.k} must be >= 1 (upstream: retain=50, k=7)")
         check_range("tau", self.tau, -1.0, 1.0)
         check_range("beta", self.beta, 0.0, 1.0)
@@ -215,9 +217,15 @@ class StreamingTOM(Policy):
         if self.window is not None and self.window < 0:
             raise ValueError(f"window={self.window} must be >= 0 tokens (None: |M|)")
 
+    def tokens_kept(self, tokens_per_frame: int) -> int:
+        """G for frames of ``tokens_per_frame`` tokens."""
+        if self.retain is None:
+            return max(1, round(tokens_per_frame * RETAIN / UPSTREAM_FRAME))
+        return self.retain
+
     def validate(self, n_keep: int, tokens_per_frame: int, n_tokens: int) -> None:
         super().validate(n_keep, tokens_per_frame, n_tokens)
-        if self.retain > tokens_per_frame:
+        if self.tokens_kept(tokens_per_frame) > tokens_per_frame:
             raise ValueError(
                 f"retain={self.retain} is more than the model's {tokens_per_frame} tokens per frame: set "
                 f"compress.retain to at most {tokens_per_frame}"

@@ -1,11 +1,11 @@
 """StreamingTOM's streaming (the rule and its departures: :class:`infinipotv.compress.streamingtom.StreamingTOM`).
 
-A new video's cache layers become OQM layers (:class:`infinipotv.kv.oqm.OQMLayer`, the prefix moved over). Per
-chunk: CTR cuts each frame to G tokens before the LLM (H3: the kept tokens keep their stream ids and positions),
-the chunk is prefilled over the prefix and the newest window, and its tokens join the OQM as 4-bit groups with
-their pre-RoPE group keys (un-rotated with ``adapter.rerotate``, H5). A question first runs a transient forward
-of itself alone, on an empty cache (upstream's retrieval forward), whose per-layer pre-RoPE queries pick the groups
-its prompt reads (H1).
+At a video's first chunk its cache layers become OQM layers (:class:`infinipotv.kv.oqm.OQMLayer`, the prefix
+moved over). Per chunk: CTR cuts each frame to G tokens before the LLM (H3: the kept tokens keep their stream ids
+and positions), the chunk is prefilled over the prefix and the newest window, and its tokens join the OQM as 4-bit
+groups with their pre-RoPE group keys (un-rotated with ``adapter.rerotate``, H5). A question first runs a transient
+forward of itself alone, on an empty cache (upstream's retrieval forward), whose per-layer pre-RoPE queries pick the
+groups its prompt reads (H1).
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ class StreamingTOMMethod(StreamingMethod):
         self.budget = budget  # the tokens a question retrieves (|M|), dequantized on the accelerator
         self.window = budget if policy.window is None else policy.window
 
-    def start(self, video: VideoState) -> None:
-        """Every layer's store becomes an OQM layer holding the prefix the session prefilled."""
+    def to_oqm(self, video: VideoState, group_size: int) -> None:
+        """Every layer's store becomes an OQM layer holding the prefix the session prefilled (at the first chunk,
+        once G is known from the frame's grid)."""
         a = self.adapter
 
         def unrotate(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -48,26 +49,29 @@ class StreamingTOMMethod(StreamingMethod):
 
         for layer in video.cache.layers:
             keys, values = layer.store.read()
-            oqm = OQMStore(self.policy.bits, self.policy.retain, dtype=keys.dtype)
+            oqm = OQMStore(self.policy.bits, group_size, dtype=keys.dtype)
             oqm.append(keys, values, layer.store.token_ids()[0], None)
             layer.store = OQMLayer(oqm, self.window, unrotate)
 
     def check_chunk(self, tokens: int, frames: int) -> None:
-        if tokens != frames * self.policy.retain:
-            raise ValueError(f"a chunk of {frames} frames reached the LLM with {tokens} tokens, not G = retain each")
+        if tokens % frames:
+            raise ValueError(f"a chunk of {frames} frames reached the LLM with {tokens} tokens, not G per frame")
 
     def before_prefill(
         self, video: VideoState, chunk: VisionChunk, token_ids: torch.Tensor, transient: bool
     ) -> tuple[VisionChunk, torch.Tensor]:
         """CTR: each frame cut to G tokens, in their order, with their own ids and positions."""
         p, pol = chunk.tokens_per_frame, self.policy
-        if pol.retain > p:
-            raise ValueError(f"compress.retain={pol.retain} is more than the model's {p} tokens per frame: lower it")
+        retain = pol.tokens_kept(p)
+        if retain > p:
+            raise ValueError(f"compress.retain={retain} is more than the model's {p} tokens per frame: lower it")
+        if not transient and not isinstance(video.cache.layers[0].store, OQMLayer):
+            self.to_oqm(video, retain)
         frames = chunk.embeds.view(-1, p, chunk.embeds.shape[-1])
         saliency = torch.stack([embedding_saliency(frame) for frame in frames])
         previous = video.state.get("ctr_previous")
         tokens, slots = reduce_chunk(
-            frames, saliency, previous, int(token_ids[0]) // p, pol.retain, pol.tau, pol.k, pol.beta, pol.seed
+            frames, saliency, previous, int(token_ids[0]) // p, retain, pol.tau, pol.k, pol.beta, pol.seed
         )
         index = (torch.arange(frames.shape[0], device=slots.device)[:, None] * p + slots).flatten()
         cut = VisionChunk(tokens, chunk.positions[:, index], chunk.grid, chunk.n_frames)
