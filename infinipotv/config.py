@@ -140,6 +140,9 @@ class BenchmarkConfig:
     ids: Optional[list[str]] = None  # explicit question ids
     seed: int = 0
     shard: Optional[str] = None  # "i/n": this job runs the i-th of n disjoint shards (0-based)
+    # a row whose video path resolves outside the video root (``..``, an absolute path, a symlink) is that
+    # question's error unless this is true: annotation files come from others and name any file they like
+    allow_outside_root: bool = False
     options: dict[str, Any] = field(default_factory=dict)  # benchmark-specific (generator knobs...)
 
 

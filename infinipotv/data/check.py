@@ -34,6 +34,12 @@ _PREFIX = re.compile(r"^.*? \((?P<qid>[^()]*)\): ")  # "<file> row <i> (<qid>): 
 _VALUE = re.compile(r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]|\b\d+\b|(?<=labelled )[A-F]|(?<=position )[A-F]")
 FIXES = [  # (pattern in the reason, the fix); the first match wins
     ("not valid JSON", "repair or delete that line of the file"),
+    ("nested too deeply", "no released row nests JSON that deep: delete that line of the file"),
+    (
+        "outside the video root",
+        "the row names a video outside benchmark.root: move it under the root, or run with "
+        "benchmark.allow_outside_root=true if you trust the annotation file",
+    ),
     (
         "missing field",
         "the row lacks a field this benchmark reads: re-download the released file, or check that "

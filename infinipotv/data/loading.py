@@ -27,6 +27,7 @@ ANSWER_DIRECTLY = "Answer with the option's letter from the given choices direct
 _OPTION_LINE = re.compile(r"^\(?([A-F])[.)]\s+(.*)$", re.MULTILINE)
 _PREFIXED = re.compile(r"^\s*\(?([A-F])[.)]\s*(.*)$", re.DOTALL)
 _NUMBER = re.compile(r"\d+(\.\d+)?")
+TOO_DEEP = "JSON nested too deeply to read (no annotation file nests more than a few levels)"
 
 
 class RowError(ValueError):
@@ -85,6 +86,8 @@ def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
                     f"fix or delete that line"
                 }
             )
+        except RecursionError:
+            rows.append({"_problem": f"{path.name}:{n}: {TOO_DEEP}; fix or delete that line"})
     return rows
 
 
@@ -94,6 +97,8 @@ def read_json(path: Path) -> Any:
         return json.loads(read_text(path))
     except json.JSONDecodeError as err:
         raise DataError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); re-download the released file") from None
+    except RecursionError:
+        raise DataError(f"{path}: {TOO_DEEP}; re-download the released file") from None
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -238,6 +243,23 @@ class AnnotatedBenchmark(Benchmark):
         return Path(self.cfg.annotations) if self.cfg.annotations else self.root / self.default_annotations
 
     @property
+    def video_root(self) -> Path:
+        """The folder every video must resolve into (unless ``benchmark.allow_outside_root``)."""
+        return self.root
+
+    def check_inside(self, path: Path) -> None:
+        """A video path that resolves outside :attr:`video_root` (``..``, an absolute path, a symlink) is a
+        :class:`RowError` naming it and the knob that allows it."""
+        if self.cfg.allow_outside_root:
+            return
+        root, resolved = self.video_root.resolve(), path.resolve()
+        if not resolved.is_relative_to(root):
+            raise RowError(
+                f"video path {path} resolves to {resolved}, outside the video root {root}; move the video under it, "
+                f"or set benchmark.allow_outside_root=true to read it there"
+            )
+
+    @property
     def strict(self) -> bool:
         return Parser(self.cfg.parser) is Parser.strict
 
@@ -268,6 +290,7 @@ class AnnotatedBenchmark(Benchmark):
                 vid, path, q = self.row(row)
                 if q.qid in seen:
                     raise RowError(f"duplicate question id {q.qid!r}")
+                self.check_inside(path)
             except (KeyError, ValueError, TypeError, AttributeError, IndexError) as err:
                 out.append(self.bad_row(i, row, err, seen))
                 continue

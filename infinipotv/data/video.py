@@ -27,6 +27,14 @@ class VideoInfo:
     n_frames: int
 
 
+def _video_stream(container: av.container.InputContainer, path: Path) -> av.video.stream.VideoStream:
+    """The container's first video stream; a file with none (audio only) is a :class:`VideoError` saying so."""
+    if not container.streams.video:
+        kinds = ", ".join(sorted({s.type for s in container.streams})) or "no streams"
+        raise VideoError(f"video {path} has no video stream ({kinds})")
+    return container.streams.video[0]
+
+
 def probe(path: str | Path) -> VideoInfo:
     """Duration, native frame rate and frame count, from the container (decoding only when the header lacks them)."""
     path = Path(path)
@@ -34,7 +42,7 @@ def probe(path: str | Path) -> VideoInfo:
         raise VideoError(f"video file not found: {path}")
     try:
         with av.open(str(path)) as container:
-            stream = container.streams.video[0]
+            stream = _video_stream(container, path)
             fps = float(stream.average_rate or stream.guessed_rate or 0) or 1.0
             n = stream.frames
             if stream.duration is not None and stream.time_base is not None:
@@ -100,7 +108,7 @@ def decode_planned(plan: FramePlan) -> Iterator[np.ndarray]:
     last = None
     try:
         with av.open(str(plan.path)) as container:
-            stream = container.streams.video[0]
+            stream = _video_stream(container, plan.path)
             stream.thread_type = "AUTO"
             for i, frame in enumerate(container.decode(stream)):
                 if target is None:

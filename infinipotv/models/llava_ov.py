@@ -124,8 +124,10 @@ class LlavaOnevisionAdapter(ModelAdapter):
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
     def question_ids(self, prompt: str) -> list[int]:
-        text = f"\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
-        return [self.newline_id] + self.tokenizer(text, add_special_tokens=False).input_ids
+        # annotation text is plain text: a "<|im_end|>" or "<video>" in a question is not a control token
+        text = self.tokenizer(f"\n{prompt}", add_special_tokens=False, split_special_tokens=True).input_ids
+        turn = self.tokenizer("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False).input_ids
+        return [self.newline_id] + text + turn
 
     def embed_text(self, ids: list[int]) -> torch.Tensor:
         """Token embeddings, with the image_newline vector where the ``<video>`` placeholder stands."""

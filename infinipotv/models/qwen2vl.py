@@ -119,10 +119,12 @@ class Qwen2VLAdapter(ModelAdapter):
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
     def question_ids(self, prompt: str) -> list[int]:
-        text = f"<|vision_end|>{prompt}"
+        ids = self.tokenizer("<|vision_end|>", add_special_tokens=False).input_ids
+        # annotation text is plain text: a "<|im_end|>" in a question must not close the user turn
+        ids += self.tokenizer(prompt, add_special_tokens=False, split_special_tokens=True).input_ids
         if self.cfg.use_chat_template:
-            text += "<|im_end|>\n<|im_start|>assistant\n"
-        return self.tokenizer(text, add_special_tokens=False).input_ids
+            ids += self.tokenizer("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False).input_ids
+        return ids
 
     # -- frames -> embeddings + positions -------------------------------------------------------------------------
     def text_positions(self, start: int, n: int) -> torch.Tensor:

@@ -185,9 +185,11 @@ class SymbolicAdapter(ModelAdapter):
 
     def question_ids(self, prompt: str) -> list[int]:
         text = f"\n{prompt}"  # a blank line ends the video (every frame line ends with a newline)
+        # annotation text is plain text: a "<|im_end|>" in a question must not close the user turn
+        ids = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids
         if self.cfg.use_chat_template:
-            text += "<|im_end|>\n<|im_start|>assistant\n"
-        return self.tokenizer(text, add_special_tokens=False).input_ids
+            ids += self.tokenizer("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False).input_ids
+        return ids
 
     # -- frames -> embeddings + positions -------------------------------------------------------------------------
     def text_positions(self, start: int, n: int) -> torch.Tensor:
