@@ -1,7 +1,8 @@
 """Figures from the tidy frame and the memory traces (matplotlib, saved as PNG + PDF).
 
-- accuracy vs budget: one line per (policy, kv) over |M|, with its 95% CI as a band where the frame has
-  ``ci_low``/``ci_high``; runs without a budget (full KV) as dashed horizontals.
+- accuracy vs budget: one line per (policy, kv) over |M| (colour: policy, line style: storage), with its 95% CI as
+  a band where the frame has ``ci_low``/``ci_high``; runs with a budget in bytes as hollow squares of their own;
+  runs without a budget (full KV) as dotted horizontals; the legend outside the axes.
 - KV memory vs frames streamed: ``cache_bytes`` from ``memory.jsonl`` for one video, one line per run, which shows
   full KV growing with the stream and a compressed cache held at its budget, FP16 above INT4.
 """
@@ -17,6 +18,9 @@ from matplotlib.figure import Figure  # figures built without pyplot: no global 
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from infinipotv.results.collect import Run
+from infinipotv.results.tables import RANDOM_WEIGHTS
+
+STYLES = {"fp16": "-", "bf16": "-", "int8": "-.", "int4": "--", "int2": ":"}  # line style per storage (kv)
 
 
 def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
@@ -34,43 +38,71 @@ def _budget_label(tokens: float) -> str:
 
 
 def plot_accuracy_vs_budget(frame: pd.DataFrame, benchmark: str, score: str) -> Figure:
-    """Score ``benchmark``/``score`` against ``budget_tokens`` for every (policy, kv) in the tidy ``frame``."""
+    """Score ``benchmark``/``score`` against ``budget_tokens`` for every (policy, kv) in the tidy ``frame``.
+
+    One colour per policy, one line style per storage (FP16 solid, INT4 dashed...), so a policy's storages sit
+    side by side where both were run. Runs whose budget was given in bytes (``compress.budget_mib``) are hollow
+    squares labelled with their MiB, never joined to the token-budget line: at equal bytes a low-bit cache holds
+    more tokens, which is a different comparison. The legend sits outside the axes; runs of random-weight models
+    say so on the figure."""
     if frame.empty:
         raise ValueError("no runs to plot")
     data = frame[(frame["benchmark"] == benchmark) & (frame["score"] == score) & frame["value"].notna()]
     if data.empty:
         raise ValueError(f"no {benchmark}/{score} values (scores there: {sorted(frame['score'].unique())})")
-    fig = Figure(figsize=(5, 3.4))
+    data = data.assign(_mib=data["compress.budget_mib"] if "compress.budget_mib" in data else float("nan"))
+    fig = Figure(figsize=(6.5, 3.4))
     ax = fig.subplots()
     budgets = sorted(data["budget_tokens"].dropna().unique())
-    if data.groupby(["policy", "kv"]).ngroups > 10:  # past the default cycle's 10 colours: 20 distinct ones
-        ax.set_prop_cycle(color=colormaps["tab20"].colors)
+    policies = sorted(data["policy"].unique())
+    palette = colormaps["tab10" if len(policies) <= 10 else "tab20"].colors
+    colour = {p: palette[i % len(palette)] for i, p in enumerate(policies)}
+    columns = [c for c in ("value", "ci_low", "ci_high") if c in data]
     for (policy, kv), series in data.groupby(["policy", "kv"], sort=True):
-        label = f"{policy} ({kv})"
-        columns = [c for c in ("value", "ci_low", "ci_high") if c in series]
-        with_budget = series.dropna(subset=["budget_tokens"]).groupby("budget_tokens")[columns].mean()
+        tokens = series[series["_mib"].isna()]
+        with_budget = tokens.dropna(subset=["budget_tokens"]).groupby("budget_tokens")[columns].mean()
         if not with_budget.empty:
-            (line,) = ax.plot(with_budget.index, with_budget["value"].values, marker="o", label=label)
+            ax.plot(
+                with_budget.index,
+                with_budget["value"].values,
+                marker="o",
+                linestyle=STYLES.get(kv, "-"),
+                color=colour[policy],
+                label=f"{policy} ({kv})",
+            )
             if "ci_low" in with_budget and with_budget["ci_low"].notna().all():
                 ax.fill_between(
                     with_budget.index,
                     with_budget["ci_low"],
                     with_budget["ci_high"],
-                    color=line.get_color(),
-                    alpha=0.15,
+                    color=colour[policy],
+                    alpha=0.12,
                     linewidth=0,
                 )
-        for value in series[series["budget_tokens"].isna()]["value"].unique():
-            ax.axhline(value, linestyle="--", linewidth=1, color="grey", label=label)
+        for mib, points in series[series["_mib"].notna()].groupby("_mib"):
+            at = points.groupby("budget_tokens")["value"].mean()
+            ax.plot(
+                at.index,
+                at.values,
+                marker="s",
+                markerfacecolor="none",
+                linestyle="none",
+                color=colour[policy],
+                label=f"{policy} ({kv}, equal bytes: {mib:g} MiB)",
+            )
+        for value in tokens[tokens["budget_tokens"].isna()]["value"].unique():
+            ax.axhline(value, linestyle=":", linewidth=1, color=colour[policy], label=f"{policy} ({kv}), no budget")
     if budgets:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(budgets))
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticklabels([_budget_label(b) for b in budgets])
-    ax.set_xlabel("budget |M| (tokens per layer per KV head)")
+    ax.set_xlabel("vision tokens held, |M| (per layer per KV head)")
     ax.set_ylabel(f"{benchmark} {score}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    if "model.tiny" in data and data["model.tiny"].fillna(False).astype(bool).any():
+        ax.set_title(RANDOM_WEIGHTS.capitalize(), fontsize=8, color="firebrick")
     return fig
 
 
@@ -93,7 +125,7 @@ def plot_memory_trace(runs: Sequence[Run], video_id: str | None = None) -> Figur
             raise ValueError("the runs streamed no video in common; pass video_id")
         first = next(iter(traces.values()))
         video_id = first[first["video_id"].isin(common)].groupby("video_id")["frames_seen"].max().idxmax()
-    fig = Figure(figsize=(5, 3.4))
+    fig = Figure(figsize=(6.5, 3.4))
     ax = fig.subplots()
     for run in runs:
         trace = traces.get(run.id)
@@ -106,5 +138,5 @@ def plot_memory_trace(runs: Sequence[Run], video_id: str | None = None) -> Figur
     ax.set_ylabel("KV cache (MiB)")
     ax.set_title(f"video {video_id}", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return fig

@@ -152,10 +152,6 @@ def _notes(table: Table, stats_shown: bool) -> list[str]:
         notes.append(f"{DASH} No run, or no questions, for this cell.")
     if table.choices:
         notes.append(f"Several runs fit a row: {CHOICE_RULE}. " + " ".join(f"{c}." for c in table.choices))
-    if table.random_weights:
-        notes.append(
-            "Tiny models have seeded random weights: their scores show that the pipeline runs, not what a method does."
-        )
     if stats_shown and table.baseline:
         notes.append(
             f"Differences vs {table.baseline}: paired on shared question ids; 95% bootstrap CI "

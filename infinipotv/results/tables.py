@@ -56,6 +56,10 @@ class Row:
         return self.source is not None
 
 
+#: What a caption (and a figure) says of runs of the tiny models.
+RANDOM_WEIGHTS = "seeded random weights: the scores check the pipeline, not a method"
+
+
 @dataclass
 class Table:
     spec: TableSpec
@@ -71,11 +75,14 @@ class Table:
 
     @property
     def caption(self) -> str:
-        """The spec's caption, naming the model(s) unless the stub shows them in a column."""
-        if not self.models or _shows_model(self.spec):
+        """The spec's caption, naming the model(s) unless the stub shows them in a column, and saying so when some
+        runs are of random-weight models (in the caption, which travels with the table, not in a footnote)."""
+        said = [f"model: {', '.join(self.models)}"] if self.models and not _shows_model(self.spec) else []
+        if self.random_weights:
+            said.append(RANDOM_WEIGHTS)
+        if not said:
             return self.spec.caption
-        named = f"model: {', '.join(self.models)}"
-        return f"{self.spec.caption} ({named})" if self.spec.caption else named
+        return f"{self.spec.caption} ({'; '.join(said)})" if self.spec.caption else "; ".join(said)
 
 
 class MixedRunsError(ValueError):
@@ -304,9 +311,9 @@ def _apply_bold(spec: TableSpec, rows: Sequence[Row]) -> None:
         for j, column in enumerate(spec.columns):
             cells = [r.cells[j] for r in members if not r.cells[j].missing]
             cells = [c for c in cells if not c.partial] or cells
-            if len(cells) < 2:  # bold needs a comparison
-                continue
             shown = [round(c.value, column.decimals) for c in cells]
+            if len(cells) < 2 or not any(shown):  # bold needs a comparison, and a score to be best at
+                continue
             best = max(shown) if column.better == "higher" else min(shown)
             for cell, value in zip(cells, shown):
                 cell.bold = value == best

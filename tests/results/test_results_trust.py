@@ -86,10 +86,11 @@ def test_model_picks_one_model_and_the_caption_names_it(sweep, tmp_path):
     other_model_run(sweep)
     assert run_cli(sweep, tmp_path / "out", "--model", "Qwen2-VL-7B-Instruct") == 0
     md = (tmp_path / "out" / "main.md").read_text()
-    assert md.startswith("**Main results (6K budget, same KV bytes) (model: Qwen2-VL-7B-Instruct)**")
+    caption = md.splitlines()[0]
+    assert caption.startswith("**Main results at equal tokens") and caption.endswith("(model: Qwen2-VL-7B-Instruct)**")
     cells = pd.read_csv(tmp_path / "out" / "main.csv")
     assert set(cells["model"].dropna()) == {"Qwen2-VL-7B-Instruct"}
-    assert "Tiny models have seeded random weights" not in md
+    assert "random weights" not in md
 
 
 def test_a_table_keyed_by_model_shows_both_models_and_names_tiny_ones(sweep, tmp_path):
@@ -112,7 +113,8 @@ def test_a_table_keyed_by_model_shows_both_models_and_names_tiny_ones(sweep, tmp
     md = (tmp_path / "out" / "by_model.md").read_text()
     assert "| Qwen2.5-VL-3B-Instruct-tiny | fp16 |" in md and "| Qwen2-VL-7B-Instruct | int4 |" in md
     assert "(model:" not in md.splitlines()[0]  # the column names them
-    assert "Tiny models have seeded random weights" in md
+    assert "seeded random weights: the scores check the pipeline, not a method" in md.splitlines()[0]  # caption
+    assert r"\caption{" in (tex := (tmp_path / "out" / "by_model.tex").read_text()) and "random weights" in tex
 
 
 def test_a_paired_statistic_needs_both_runs_asked_the_same_questions(sweep, tmp_path, capsys):
