@@ -9,8 +9,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from infinipotv import factory
 from infinipotv.config import ConfigError, register_configs
-from infinipotv.factory import MODEL_OPTIONS, as_run_config, build_adapter, validate
+from infinipotv.factory import as_run_config, build_adapter, validate
 from tests.helpers import ROOT, run_py
 
 
@@ -76,9 +77,9 @@ def test_model_options_table_lists_every_key_the_adapters_read():
     source = "\n".join(p.read_text() for p in (ROOT / "infinipotv" / "models").glob("*.py"))
     read = set(re.findall(r"\b(?:o|options)\.get\(\"(\w+)\"", source))
     read |= set(re.findall(r"\bvision\[\"(\w+)\"\]", source))  # llava_ov's {**defaults, **cfg.options}
-    listed = {key for always, tiny in MODEL_OPTIONS.values() for key in (*always, *tiny)}
+    listed = {key for always, tiny in factory.MODEL_OPTIONS.values() for key in (*always, *tiny)}
     assert read and read <= listed, read - listed
-    assert set(MODEL_OPTIONS) == {"qwen2vl", "qwen25vl", "llava_ov", "symbolic"}
+    assert set(factory.MODEL_OPTIONS) == {"qwen2vl", "qwen25vl", "llava_ov", "symbolic"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
