@@ -60,6 +60,8 @@ def one_run(overrides: list[str], env: dict[str, str], run_dir: Path) -> dict[st
     if done.returncode:
         raise RuntimeError(f"run.py failed:\n{done.stderr[-3000:]}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
+    if metrics["n_errors"]:  # a question that failed skipped its answer: the time is not a run's
+        raise RuntimeError(f"run.py answered {metrics['n_errors']} question(s) with errors: {metrics['errors']}")
     return {
         "wall_seconds": wall,
         "job_seconds": metrics["time"]["seconds"],
