@@ -8,7 +8,7 @@ A policy scores tokens (higher = keep) or picks them; top-|C| selection, sorting
 tar_van_pool (InfiniPot-V), tar_reversed, van_reversed, tar_frame.
 """
 
-from . import baselines, frames, tar_van  # noqa: F401  (registers the policies)
+from . import baselines, frames, livevlm, rekv, tar_van  # noqa: F401  (registers the policies)
 from .base import (
     POLICIES,
     PRESETS,

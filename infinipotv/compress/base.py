@@ -103,6 +103,11 @@ class Policy:
 
     name: ClassVar[str] = ""
     evicts: ClassVar[bool] = True  # False only for ``full``: the session never compresses with it
+    # The streaming method that drives the policy (infinipotv.stream.method): "compression" = a pass keeps the top
+    # |C| when the video part reaches |M| and questions read the whole memory; "retrieval" = compress.retrieval.
+    streaming: ClassVar[str] = "compression"
+    # Under "compression": True = a pass after every chunk past |M|, back to |M| (Schedule.per_chunk, H7).
+    every_chunk: ClassVar[bool] = False
     # True: keys/values reach keep()/score() in the store's dtype and the policy computes in fp32 itself (without
     # an fp32 copy of a half-precision cache); False: they are converted to fp32 first.
     reads_any_float: ClassVar[bool] = False

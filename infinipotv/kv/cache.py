@@ -45,6 +45,8 @@ class StoreLayer(CacheLayerMixin):
         self.token_ids: torch.Tensor | None = None  # ids of the tokens the next committing forward adds
         self.transient = False
         self.tail: tuple[torch.Tensor, torch.Tensor] | None = None
+        # H1: what a transient forward reads before its own tokens instead of the store (a retrieval method's view)
+        self.view: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device, self.dtype = key_states.device, key_states.dtype
@@ -67,12 +69,16 @@ class StoreLayer(CacheLayerMixin):
                 )
             keys, values = self.store.commit(k, v, self.token_ids)
             return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)
-        keys, values = self.store.read() if len(self.store) else (k[:, :0], v[:, :0])
+        if self.view is not None:
+            keys, values = self.view
+        else:
+            keys, values = self.store.read() if len(self.store) else (k[:, :0], v[:, :0])
         keys, values = joined(keys, self.tail[0], self.dtype), joined(values, self.tail[1], self.dtype)
         return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)
 
     def get_seq_length(self) -> int:
-        return len(self.store) + (0 if self.tail is None else self.tail[0].shape[1])
+        before = len(self.store) if self.view is None else self.view[0].shape[1]
+        return before + (0 if self.tail is None else self.tail[0].shape[1])
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.get_seq_length() + query_length, 0
@@ -97,15 +103,22 @@ class StreamCache(Cache):
             layer.token_ids = token_ids
 
     @contextmanager
-    def transient(self) -> Iterator[None]:
-        """Everything prefilled or generated inside the block is dropped when it ends."""
-        for layer in self.layers:
+    def transient(self, view: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Iterator[None]:
+        """Everything prefilled or generated inside the block is dropped when it ends.
+
+        ``view``: per layer, the keys and values ``[H, N, D]`` the block's forwards read before their own tokens,
+        instead of the store (a retrieval method's [prefix | retrieved blocks]; N the same in every layer). The
+        stores are not touched either way."""
+        if view is not None and len(view) != len(self.layers):
+            raise ValueError(f"a view of {len(view)} layers for a cache of {len(self.layers)}")
+        for i, layer in enumerate(self.layers):
             layer.transient = True
+            layer.view = None if view is None else view[i]
         try:
             yield
         finally:
             for layer in self.layers:
-                layer.transient, layer.tail = False, None
+                layer.transient, layer.tail, layer.view = False, None, None
 
     def committed_length(self) -> int:
         return len(self.layers[0].store)

@@ -8,8 +8,9 @@ video (system prefix, question, answer prefix), and runs the language model over
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
 import numpy as np
 import torch
@@ -172,6 +173,52 @@ class ModelAdapter(ABC):
     def _position_arg(self, positions: torch.Tensor) -> torch.Tensor:
         """The decoder's position_ids layout: ``[R, 1, N]`` for M-RoPE, ``[1, N]`` for plain RoPE."""
         return positions.unsqueeze(1) if positions.shape[0] == 3 else positions
+
+    # -- positions of cached keys (H5) and the queries of a forward (H1, H4) ------------------------------------------
+    #: Whether a method may move cached keys to new (contiguous) positions: a 1-D RoPE has one position per token;
+    #: M-RoPE's (t, h, w) rows have no contiguous order, so retrieval keeps the original positions there.
+    contiguous_positions: ClassVar[bool] = True
+
+    @torch.inference_mode()
+    def rerotate(self, keys: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        """Keys ``[H, N, D]`` cached after RoPE at positions ``old [R, N]``, as RoPE at ``new [R, N]`` makes them.
+
+        A RoPE rotation at position a then one by b - a is the rotation at b (angles add), per frequency and, for
+        M-RoPE, per (t, h, w) section: so the decoder's own rotary embedding at ``new - old`` moves a key exactly
+        (up to float rounding; computed in fp32). ``new`` all zero gives the pre-RoPE key."""
+        rotary = self.language_model().rotary_emb
+        work = keys.float()
+        cos, sin = rotary(work, self._position_arg((new - old).to(keys.device)))
+        scale = float(getattr(rotary, "attention_scaling", 1.0))  # applied to cos/sin once, not per rotation
+        cos, sin = cos[0].float() / scale, sin[0].float() / scale  # [N, D], shared by the heads
+        half = work.shape[-1] // 2
+        turned = torch.cat([-work[..., half:], work[..., :half]], dim=-1)
+        return (work * cos + turned * sin).to(keys.dtype)
+
+    def attention_layers(self) -> list[torch.nn.Module]:
+        """The decoder layers' attention modules (each with ``q_proj``), in layer order."""
+        return [layer.self_attn for layer in self.language_model().layers]
+
+    @contextmanager
+    def capture_queries(self) -> Iterator[list[list[torch.Tensor]]]:
+        """Within the block, every forward records each layer's pre-RoPE queries ``[H_q, N, D]`` (the ``q_proj``
+        output, bias included), appended per forward: ``captured[layer]`` is the list of what each forward gave.
+        A retrieval forward of the question (H1) or a score forward (H4) reads them; nothing else changes."""
+        captured: list[list[torch.Tensor]] = [[] for _ in range(self.n_layers)]
+        heads, dim = self.text_config.num_attention_heads, self.head_dim
+
+        def hook(layer: int):
+            def record(_module, _inputs, output: torch.Tensor) -> None:
+                captured[layer].append(output[0].view(output.shape[1], heads, dim).transpose(0, 1))
+
+            return record
+
+        handles = [attn.q_proj.register_forward_hook(hook(i)) for i, attn in enumerate(self.attention_layers())]
+        try:
+            yield captured
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 ADAPTERS: Registry[type[ModelAdapter]] = Registry("model family")

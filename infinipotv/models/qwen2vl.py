@@ -84,6 +84,7 @@ def tiny_qwen2vl_config(cfg: ModelSettings) -> Qwen2VLConfig:
 class Qwen2VLAdapter(ModelAdapter):
     family = "qwen2vl"
     frames_per_step = 2
+    contiguous_positions = False  # M-RoPE: retrieved keys keep their (t, h, w) positions (docs/extending.md)
     model_cls = Qwen2VLForConditionalGeneration
 
     @classmethod

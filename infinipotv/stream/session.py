@@ -1,15 +1,17 @@
-"""The streaming session: frames in, continual compression under a hard cap, questions answered on the memory.
+"""The streaming session: frames in, the memory shaped by a streaming method, questions answered on it.
 
 One session streams one video at a time: :meth:`StreamingSession.start` makes the video's whole state
-(:class:`VideoState`: its cache, counts and trace). ``feed`` encodes a chunk of frames and prefills it into the
-cache with causal positions; when the video part of the cache holds |M| (``budget``) tokens or more, every layer is
-compressed to |C| = c_ratio * |M| tokens per KV head by the policy, after the chunk's forward. When a pass is due,
-and how a budget given in bytes is held on the bytes the cache really occupies, is the :class:`Schedule`'s
-(:mod:`infinipotv.stream.schedule`); each step's record is :mod:`infinipotv.stream.trace`'s. ``ask``
-answers on the current memory in the cache's transient mode, so the question and answer are gone afterwards and the
-memory never depends on a question. A streaming question asked between two chunk boundaries also sees the frames
-since the last boundary: ``ask(frames=...)`` prefills them transiently with the question, at the positions they
-will have when their chunk is fed, so chunk boundaries (and so every compression pass) depend on the video alone.
+(:class:`VideoState`: its cache, host stores, counts and trace). ``feed`` encodes a chunk of frames and prefills it
+into the cache with causal positions; then the streaming method (:mod:`infinipotv.stream.method`) shapes the
+memory: for a policy, when the video part of the cache holds |M| (``budget``) tokens or more, every layer is
+compressed to |C| = c_ratio * |M| tokens per KV head, after the chunk's forward (when a pass is due, and how a
+budget in bytes is held, is the :class:`Schedule`'s); a retrieval method keeps a window and offloads the rest
+(:mod:`infinipotv.stream.retrieval`). Each step's record is :mod:`infinipotv.stream.trace`'s. ``ask`` answers on
+the view of the memory the method gives the question (all of it, or retrieved blocks) in the cache's transient
+mode, so the question and answer are gone afterwards and the memory never depends on a question. A streaming
+question asked between two chunk boundaries also sees the frames since the last boundary: ``ask(frames=...)``
+prefills them transiently with the question, at the positions they will have when their chunk is fed (after a
+view, right after it), so chunk boundaries (and so every compression pass) depend on the video alone.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from typing import Callable
 import numpy as np
 import torch
 
-from infinipotv.compress import FrameLayout, Policy
+from infinipotv.compress import Policy
 from infinipotv.kv.cache import StreamCache
+from infinipotv.kv.host import HostStore
 from infinipotv.kv.store import FullPrecisionStore, KVStore
 from infinipotv.models.base import ModelAdapter, VisionChunk
-from infinipotv.stream.schedule import ByteCap, Schedule
+from infinipotv.stream.method import StreamingMethod, View, build_method
+from infinipotv.stream.schedule import ByteCap
 from infinipotv.stream.trace import PassClock, PeakMemory, TraceStep, sync
 
 TEXT_ID = -1  # stream id of a text token in the stores (vision tokens: their index in the video)
@@ -38,6 +42,8 @@ class Answer:
     tokens: list[int]
     first_logprobs: torch.Tensor  # log-softmax of the first answer token's logits (vocabulary,)
     reference: "Answer | None" = None  # the same question answered from the uncompressed cache, when enabled
+    ttft_s: float = 0.0  # from the question to its first token's logits, retrieval included
+    accelerator_bytes: int = 0  # the cache's stores, the method's accelerator state and the view's buffers
 
 
 @dataclass
@@ -57,6 +63,8 @@ class VideoState:
     pending: np.ndarray | None = None  # raw frames waiting to fill a whole model frame (Qwen merges 2)
     fps: float = 1.0  # the frame rate of the last frames fed
     trace: list[TraceStep] = field(default_factory=list)
+    host: list[HostStore] = field(default_factory=list)  # offloaded tokens, one store per layer (H2), if any
+    state: dict = field(default_factory=dict)  # the streaming method's own per-video state
 
     @property
     def video_tokens(self) -> int:
@@ -65,10 +73,11 @@ class VideoState:
 
 
 class StreamingSession:
-    """Streams videos through a model adapter into a StreamCache under a compression policy.
+    """Streams videos through a model adapter into a StreamCache under a streaming method built from ``policy``
+    (:func:`~infinipotv.stream.method.build_method`).
 
     ``policy`` None, a ``budget`` of None, or a policy that never evicts (``Policy.evicts``): the session never
-    compresses (it has no :class:`Schedule`)."""
+    changes its memory (no method, no :class:`Schedule`)."""
 
     def __init__(
         self,
@@ -81,9 +90,9 @@ class StreamingSession:
         byte_cap: ByteCap | None = None,
     ) -> None:
         self.adapter = adapter
-        compresses = policy is not None and budget is not None and policy.evicts
-        self.policy = policy if compresses else None
-        self.schedule = Schedule.of(budget, c_ratio, byte_cap) if compresses else None
+        self.method: StreamingMethod | None = build_method(policy, adapter, budget, c_ratio, byte_cap)
+        self.policy = policy if self.method is not None else None
+        self.schedule = getattr(self.method, "schedule", None)  # a policy's (Compression's), else None
         self.make_store = make_store
         self.reference = reference
         self.peak = PeakMemory(adapter.device)
@@ -118,6 +127,8 @@ class StreamingSession:
         )
         self.peak.reset()
         self._prefill(a.embed_text(ids), positions, torch.full((len(ids),), TEXT_ID))
+        if self.method is not None:
+            self.method.start(self._video)
 
     def feed(self, frames: np.ndarray, fps: float) -> None:
         """Encode and prefill raw frames ``[N, H, W, 3]`` uint8; compress if the video part reached |M|.
@@ -149,9 +160,9 @@ class StreamingSession:
 
     # -- streaming ------------------------------------------------------------------------------------------------
     def _encode(self, frames: np.ndarray) -> None:
-        """One step: encode the chunk, prefill it, compress when the schedule says so, hold the byte cap, then
-        record the step."""
-        a, v = self.adapter, self.video
+        """One step: encode the chunk, prefill it, let the method shape the memory (a policy: compress when the
+        schedule says so, hold the byte cap), then record the step."""
+        a, v, method = self.adapter, self.video, self.method
         sync(a.device)
         t0 = time.perf_counter()
         chunk = a.encode_frames(frames, v.frames_encoded, v.fps, v.video_start)
@@ -159,14 +170,16 @@ class StreamingSession:
         n = chunk.embeds.shape[0]
         before = v.video_tokens + n
         clock = PassClock(a.device)
-        self._prefill(chunk.embeds, chunk.positions, torch.arange(v.vision_tokens, v.vision_tokens + n))
-        n_keep = self.schedule.due(before) if self.schedule else None
-        if n_keep is not None:
-            clock.bytes_before = self._held_bytes()
-            with clock.timed():
-                self._pass(n_keep)
-            clock.passes += 1
-        self._hold_byte_cap(clock)
+        ids = torch.arange(v.vision_tokens, v.vision_tokens + n)
+        if method is not None and method.capture_chunk_queries:
+            with a.capture_queries() as captured:
+                self._prefill(chunk.embeds, chunk.positions, ids)
+            queries = [layer[0] for layer in captured]  # the committing forward's (a reference cache's comes after)
+        else:
+            self._prefill(chunk.embeds, chunk.positions, ids)
+            queries = None
+        if method is not None:
+            method.after_chunk(v, chunk, ids, clock, queries)
         sync(a.device)
         step_s = time.perf_counter() - t0
         v.frames_encoded += len(frames)
@@ -182,8 +195,16 @@ class StreamingSession:
                 peak_memory_bytes=self.peak.read(),
                 encode_seconds=step_s - clock.seconds,
                 compress=clock.record(before, v.video_tokens),
+                accelerator_bytes=self._accelerator_bytes(),
+                host_bytes=self.method.host_bytes(v) if self.method is not None else 0,
+                frames_encoded=len(frames),
             )
         )
+
+    def _accelerator_bytes(self, view: View | None = None) -> int:
+        """Bytes on the accelerator now: the stores, the method's own state there, and a question's view."""
+        own = self.method.accelerator_bytes(self.video) if self.method is not None else 0
+        return sum(self.video.cache.nbytes().values()) + own + (view.nbytes if view is not None else 0)
 
     def _check_chunk(self, chunk: VisionChunk) -> None:
         v = self.video
@@ -191,46 +212,14 @@ class StreamingSession:
             v.grid = chunk.grid
         if chunk.grid != v.grid:
             raise ValueError(f"frame grid changed within a video: {v.grid} then {chunk.grid}")
-        if self.schedule is not None:
-            self.schedule.check_chunk(chunk.embeds.shape[0], chunk.n_frames)
+        if self.method is not None:
+            self.method.check_chunk(chunk.embeds.shape[0], chunk.n_frames)
 
     def _prefill(self, embeds: torch.Tensor, positions: torch.Tensor, token_ids: torch.Tensor) -> None:
         for cache in (self.video.cache, self.video.ref_cache):
             if cache is not None:
                 cache.commit(token_ids.to(self.adapter.device))
                 self.adapter.forward(embeds, positions, cache, logits=False)
-
-    def _held_bytes(self) -> int:
-        return sum(self.video.cache.nbytes().values())
-
-    def _hold_byte_cap(self, clock: PassClock) -> None:
-        """Under a byte cap, the further passes :meth:`Schedule.byte_pass` asks for (measured only when there is
-        a cap)."""
-        if self.schedule is None or self.schedule.byte_cap is None:
-            return
-        held = self._held_bytes()
-        while (n_keep := self.schedule.byte_pass(clock.passes, held, self.video.video_tokens)) is not None:
-            with clock.timed():
-                self._pass(n_keep)
-                held = self._held_bytes()
-            clock.passes += 1
-
-    @torch.inference_mode()
-    def _pass(self, n_keep: int) -> None:
-        """One pass over every layer after the forward, a layer at a time (over KIVI one layer's dequantized keys
-        and values are alive at once)."""
-        for layer, store in enumerate(self.video.cache.stores):
-            self._compress_layer(layer, store, n_keep)
-
-    def _compress_layer(self, layer: int, store: KVStore, n_keep: int) -> None:
-        """Keep the prefix and the policy's ``n_keep`` video tokens per head of one layer's store."""
-        v = self.video
-        p = v.prefix_len
-        keys, values = store.read()
-        layout = FrameLayout(token_ids=store.token_ids()[:, p:], grid=v.grid)  # int32 ids: the views need no more
-        kept = self.policy(keys[:, p:], values[:, p:], layout, n_keep, layer, self.adapter.n_layers)
-        prefix = torch.arange(p, device=kept.device).expand(kept.shape[0], p)
-        store.keep(torch.cat([prefix, kept + p], dim=1))
 
     # -- questions ------------------------------------------------------------------------------------------------
     def ask(
@@ -256,25 +245,40 @@ class StreamingSession:
             tail = self.adapter.encode_frames(self._whole_steps(frames), v.frames_encoded, fps or v.fps, v.video_start)
             if v.grid is not None and tail.grid != v.grid:
                 raise ValueError(f"frame grid changed within a video: {v.grid} then {tail.grid}")
-        answer = self._answer(v.cache, prompt, max_new_tokens, tail, stop)
+        answer = self._answer(v.cache, prompt, max_new_tokens, tail, stop, self.method)
         if v.ref_cache is not None:
-            answer.reference = self._answer(v.ref_cache, prompt, max_new_tokens, tail, stop)
+            answer.reference = self._answer(v.ref_cache, prompt, max_new_tokens, tail, stop, None)
         return answer
 
     @torch.inference_mode()
     def _answer(
-        self, cache: StreamCache, prompt: str, max_new_tokens: int, tail: VisionChunk | None, stop: str | None
+        self,
+        cache: StreamCache,
+        prompt: str,
+        max_new_tokens: int,
+        tail: VisionChunk | None,
+        stop: str | None,
+        method: StreamingMethod | None,
     ) -> Answer:
+        """Greedy decoding in the cache's transient mode, on the view the ``method`` gives (None: all memory).
+
+        The view replaces the stored video memory after the prefix, and the question starts at the view's
+        position; frames since the last boundary (``tail``) are prefilled after it, at their own positions."""
         a = self.adapter
         ids = a.question_ids(prompt)
         eos = a.eos_ids
-        with cache.transient():
-            start = self.video.next_position
-            if tail is not None:
-                a.forward(tail.embeds, tail.positions, cache, logits=False)
-                start = max(start, int(tail.positions.max()) + 1)
+        sync(a.device)
+        t0 = time.perf_counter()
+        view = method.view(self.video, ids) if method is not None else None
+        with cache.transient(view=None if view is None else view.layers):
+            start = self.video.next_position if view is None else view.start
+            if tail is not None:  # after a view, the frames since the boundary follow it (a shift of 0 in place)
+                positions = tail.positions + (start - self.video.next_position)
+                a.forward(tail.embeds, positions, cache, logits=False)
+                start = max(start, int(positions.max()) + 1)
             logits = a.forward(a.embed_text(ids), a.text_positions(start, len(ids)), cache)[-1]
             first = torch.log_softmax(logits, dim=-1).cpu()
+            ttft = time.perf_counter() - t0
             position, out = start + len(ids), []
             while True:
                 token = int(logits.argmax())
@@ -285,4 +289,5 @@ class StreamingSession:
                     break
                 logits = a.forward(a.embed_text([token]), a.text_positions(position, 1), cache)[-1]
                 position += 1
-        return Answer(text=a.decode(out), tokens=out, first_logprobs=first)
+        held = self._accelerator_bytes(view) if cache is self.video.cache else sum(cache.nbytes().values())
+        return Answer(text=a.decode(out), tokens=out, first_logprobs=first, ttft_s=ttft, accelerator_bytes=held)

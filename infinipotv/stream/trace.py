@@ -42,6 +42,11 @@ class TraceStep:
     peak_memory_bytes: int  # CUDA max allocated on GPU, process RSS high-water mark on CPU
     encode_seconds: float  # vision encoding + prefill of this chunk
     compress: CompressRecord | None = None
+    # Bytes by place, counted the same way for every method: the accelerator holds the stores and what the method
+    # keeps there (block representatives...); the host holds offloaded blocks (a retrieval method's).
+    accelerator_bytes: int = 0
+    host_bytes: int = 0
+    encode_frames_per_s: float = 0.0  # raw frames of this chunk / encode_seconds
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -59,6 +64,9 @@ class TraceStep:
         peak_memory_bytes: int,
         encode_seconds: float,
         compress: CompressRecord | None,
+        accelerator_bytes: int | None = None,
+        host_bytes: int = 0,
+        frames_encoded: int = 0,
     ) -> "TraceStep":
         """The step's record, with the token counts and bytes read from the ``cache`` as it is now."""
         by_layer = cache.nbytes_by_layer()
@@ -77,6 +85,9 @@ class TraceStep:
             peak_memory_bytes=peak_memory_bytes,
             encode_seconds=encode_seconds,
             compress=compress,
+            accelerator_bytes=sum(parts.values()) if accelerator_bytes is None else accelerator_bytes,
+            host_bytes=host_bytes,
+            encode_frames_per_s=frames_encoded / encode_seconds if encode_seconds > 0 else 0.0,
         )
 
 

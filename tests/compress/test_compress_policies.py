@@ -22,6 +22,7 @@ from infinipotv.compress import (
 
 N_LAYERS = 6  # not a multiple of 4: every layer_quartile group boundary is exercised
 HEAD_INDEPENDENT = {"full", "uniform_frames", "uniform_tokens", "swa"}  # positional: same choice in every head
+HEAD_INDEPENDENT |= {name for name, cls in POLICIES.items() if cls.streaming == "retrieval"}  # a window of whole tokens
 
 CASES = [(name, {}) for name in sorted(POLICIES)]
 CASES += [("tar_van_pool", {"pooling": pooling}) for pooling in POOLINGS]

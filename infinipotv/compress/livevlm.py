@@ -1,0 +1,109 @@
+"""LiveVLM: vision-sink-bucket compression of the long-term memory, page retrieval at a question."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from .base import check_range, register
+from .retrieval import RetrievalPolicy, mean_query, top_blocks
+
+
+def vsb_keep(scores: torch.Tensor, n_keep: int, n_sinks: int, bucket_size: int) -> torch.Tensor:
+    """Vision-sink buckets over tokens in position order with attention ``scores [T]``: ``n_keep / bucket_size``
+    buckets split the positions evenly; phase 1 keeps the top ``n_sinks`` tokens by score, each filling its bucket
+    (a bucket may overflow); phase 2 scans the rest by descending score and keeps a token iff its bucket has room,
+    until ``n_keep`` are kept. Ascending indices ``[n_keep]``."""
+    n_tokens = scores.numel()
+    n_buckets = max(1, n_keep // bucket_size)
+    bucket = torch.arange(n_tokens, device=scores.device) * n_buckets // n_tokens
+    order = torch.sort(scores, descending=True, stable=True).indices
+    sinks, rest = order[:n_sinks], order[n_sinks:]
+    load = torch.bincount(bucket[sinks], minlength=n_buckets)
+    room = (bucket_size - load).clamp(min=0)
+    rest_bucket = bucket[rest]
+    by_bucket = torch.sort(rest_bucket, stable=True)  # within a bucket, still in descending score
+    starts = torch.searchsorted(by_bucket.values, torch.arange(n_buckets, device=scores.device))
+    rank = torch.empty_like(rest_bucket)
+    rank[by_bucket.indices] = torch.arange(rest.numel(), device=scores.device) - starts[by_bucket.values]
+    eligible = rest[rank < room[rest_bucket]][: max(0, n_keep - n_sinks)]
+    return torch.cat([sinks, eligible]).sort().values
+
+
+@register("livevlm")
+@dataclass(frozen=True)
+class LiveVLM(RetrievalPolicy):
+    """LiveVLM (Ning et al., "LiveVLM: Efficient Online Video Understanding via Streaming-Oriented KV Cache and
+    Retrieval", arXiv:2505.15269 v2; no public code).
+
+    A short-term memory of the newest |C| = c_ratio * |M| video tokens stays in the cache at full precision; tokens
+    leaving it join the long-term memory, held to ``(|M| - |C|) / page_ratio`` tokens by vision-sink buckets (VSB):
+    each token is scored by the attention of the newest ``r_frames`` frames' vision tokens,
+    ``S = MeanPool_r softmax(Q K^T / sqrt(D))``; ``N = capacity / bucket_size`` position-ordered buckets; the top
+    ``sink_ratio`` of the capacity by S are kept first, then the rest by descending S while their bucket has room.
+    At a question (page retrieval, PaR) the long-term memory is split into pages of ``page_tokens``, RoPE is
+    stripped from its keys to score them (page key = mean, against the question's mean pre-RoPE query), the top
+    ``page_ratio`` of the pages are copied back, and the answer reads [prefix | retrieved pages | short-term].
+
+    Unstated in the paper, chosen here and made knobs (docs/extending.md): r (``r_frames``: the newest frame), R
+    (``sink_ratio`` of the capacity), the short-term size (|C|), the restored positions (``original``: RoPE is
+    restored where it was), the granularity (per layer, shared by the heads, scores averaged over query heads), and
+    the normalization of S (the softmax runs over the long-term candidates, not the whole cache). The long-term
+    memory lives in host memory (``offload``; the paper keeps it on the GPU), so the accelerator holds |M| tokens at
+    most, the answer included; B = 1 as in the paper.
+
+    Parameters:
+        page_tokens: tokens per retrieval page (C = 16).
+        page_ratio: share of the long-term pages a question retrieves (Table 6's optimum, 0.4).
+        r_frames: newest frames whose vision tokens' attention scores the long-term candidates.
+        sink_ratio: share of the long-term capacity kept by score alone (VSB phase 1).
+        bucket_size: tokens per VSB bucket (B = 1).
+        offload: the long-term memory in host memory (false: on the accelerator, as the paper).
+        include_window: the short-term memory joins the answer's context (the paper: it does).
+        positions: ``original`` (RoPE restored where it was) or ``contiguous``.
+    """
+
+    offload_on_arrival: ClassVar[bool] = False
+    cache_block_keys: ClassVar[bool] = False
+
+    page_tokens: int = 16
+    page_ratio: float = 0.4
+    r_frames: int = 1
+    sink_ratio: float = 0.5
+    bucket_size: int = 1
+    offload: bool = True
+    include_window: bool = True
+    positions: str = "original"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("page_tokens", "r_frames", "bucket_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        check_range("page_ratio", self.page_ratio, 0.0, 1.0, low_open=True)
+        check_range("sink_ratio", self.sink_ratio, 0.0, 1.0)
+
+    def block_tokens(self, tokens_per_frame: int) -> int:
+        return self.page_tokens
+
+    def host_capacity(self, buffer_tokens: int) -> int | None:
+        return max(self.page_tokens, math.floor(buffer_tokens / self.page_ratio))
+
+    def blocks_to_retrieve(self, n_blocks: int, buffer_tokens: int, block: int) -> int:
+        return min(n_blocks, math.ceil(self.page_ratio * n_blocks), buffer_tokens // block)
+
+    def select(self, queries: torch.Tensor, block_keys: torch.Tensor, n_select: int) -> torch.Tensor:
+        kv_heads = block_keys.shape[1] // queries.shape[-1]
+        scores = block_keys.float() @ mean_query(queries, kv_heads).to(block_keys.device)
+        return top_blocks(scores, n_select)
+
+    def compact(self, keys: torch.Tensor, queries: torch.Tensor, n_keep: int, tokens_per_frame: int) -> torch.Tensor:
+        kv_heads, dim = keys.shape[0], keys.shape[-1]
+        r = min(queries.shape[1], self.r_frames * tokens_per_frame)
+        q = queries[:, -r:].float().reshape(kv_heads, -1, dim)  # each KV head's query heads' rows together
+        attention = torch.softmax(q @ keys.float().transpose(1, 2) / math.sqrt(dim), dim=-1)  # [H_kv, g * r, T]
+        scores = attention.mean(dim=(0, 1))
+        return vsb_keep(scores, n_keep, round(self.sink_ratio * n_keep), self.bucket_size)

@@ -1,0 +1,57 @@
+"""ReKV: a sliding window while the video streams, every frame offloaded, per-layer block retrieval at a question."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .base import register
+from .retrieval import RetrievalPolicy, mean_query, top_blocks
+
+
+@register("rekv")
+@dataclass(frozen=True)
+class ReKV(RetrievalPolicy):
+    """ReKV (Di et al., "Streaming Video Question-Answering with In-context Video KV-Cache Retrieval", ICLR 2025,
+    arXiv:2503.00540; code github.com/Becomebright/ReKV at 63793f7).
+
+    While the video streams the cache keeps the system prefix and a local window of the newest |C| = c_ratio * |M|
+    video tokens; every block of ``block_frames`` frames is offloaded to host memory as it completes, with its
+    representative key (the mean of its pre-RoPE keys, heads concatenated: ``kv_cache_manager.py:L600-608``). At a
+    question, a retrieval forward of the bare question captures each layer's queries; per layer the score of block b
+    is the unnormalized dot product ``q̄ · rep_b`` of the question's mean query with the representative
+    (``L172-180``, ``L448``; named cosine upstream, not normalized), the top blocks that fit the retrieval buffer
+    (|M| - |C| tokens) are copied back, sorted by time (``L459``), and re-rotated to contiguous positions after the
+    prefix (``rekv_attention.py:L100``). The prompt and the answer read [prefix | retrieved blocks] (the window only
+    with ``include_window``: upstream's answer does not read it unless retrieved); the memory is unchanged after.
+
+    Departures (docs/extending.md): the retrieval buffer is |M| - |C| tokens (upstream: ``retrieve_size`` 64 blocks)
+    so every method holds the same accelerator tokens; the window keeps absolute positions while encoding (upstream
+    re-rotates it to window-relative positions; attention within the window is the same, only the prefix's distance
+    differs); representatives live on the host beside their blocks and are scored there (upstream keeps them on the
+    GPU, where they grow with the stream); runs of ``retrieve_chunk_size`` > 1 are not offered (its default is 1); on
+    M-RoPE models retrieved keys keep their original positions.
+
+    Parameters:
+        block_frames: frames per offloaded block (upstream: 1 frame of 196 tokens).
+        include_window: the local window joins the answer's context after the retrieved blocks.
+        positions: ``contiguous`` (re-rotated after the prefix, upstream) or ``original``.
+    """
+
+    block_frames: int = 1
+    include_window: bool = False
+    positions: str = "contiguous"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.block_frames < 1:
+            raise ValueError(f"block_frames={self.block_frames} must be >= 1 (e.g. block_frames=1)")
+
+    def block_tokens(self, tokens_per_frame: int) -> int:
+        return self.block_frames * tokens_per_frame
+
+    def select(self, queries: torch.Tensor, block_keys: torch.Tensor, n_select: int) -> torch.Tensor:
+        kv_heads = block_keys.shape[1] // queries.shape[-1]
+        scores = block_keys.float() @ mean_query(queries, kv_heads).to(block_keys.device)
+        return top_blocks(scores, n_select)

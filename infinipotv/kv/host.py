@@ -1,0 +1,149 @@
+"""Offloaded memory (H2): one layer's tokens that left the accelerator-resident cache, kept in host memory.
+
+A retrieval method (ReKV, LiveVLM) keeps a small window in the cache and offloads the rest of the stream here, then
+copies a few blocks back to the accelerator when a question arrives. On a GPU the tensors are pinned host memory (a
+copy to the device runs at full PCIe speed); on a CPU they are plain tensors in another store, so the bytes split
+the same way: :meth:`HostStore.nbytes` is host memory unless the store was made ``on_accelerator`` (LiveVLM's
+paper keeps its long-term memory on the GPU: ``compress.offload=false``).
+
+Every head holds the same tokens (a window moves whole tokens), so ids and positions are per token. Keys are kept as
+the cache holds them, after RoPE at ``positions``; a method strips or moves RoPE with ``adapter.rerotate`` (H5).
+Appends go to a list of segments (no copy of what is already offloaded: a stream only grows); :meth:`keep`
+compacts to one segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from infinipotv.kv.store import POSITION_DTYPE
+
+
+@dataclass
+class Offloaded:
+    """Tokens of one layer: ``keys``/``values`` ``[H, N, D]`` (keys after RoPE at ``positions``), stream ``ids``
+    ``[N]``, ``positions`` ``[R, N]``, and optional per-block summary rows ``block_keys`` ``[B, H * D]`` (ReKV's
+    representative keys: one per block of the tokens, computed once when the block is offloaded)."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    ids: torch.Tensor
+    positions: torch.Tensor
+    block_keys: torch.Tensor | None = None
+
+    def tensors(self) -> list[torch.Tensor]:
+        found = [self.keys, self.values, self.ids, self.positions]
+        return found + ([self.block_keys] if self.block_keys is not None else [])
+
+
+def _cat(parts: list[torch.Tensor], dim: int) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=dim)
+
+
+class HostStore:
+    """One layer's offloaded tokens. ``device``: the accelerator the cache is on (a copy there is what
+    :meth:`take` returns); ``on_accelerator``: keep them on that device instead (counted as accelerator bytes)."""
+
+    def __init__(self, device: torch.device, on_accelerator: bool = False) -> None:
+        self.device = device
+        self.on_accelerator = on_accelerator
+        self.home = device if on_accelerator else torch.device("cpu")
+        self.pinned = device.type == "cuda" and not on_accelerator
+        self._segments: list[Offloaded] = []
+
+    def _place(self, tensor: torch.Tensor) -> torch.Tensor:
+        out = tensor.to(self.home).contiguous()
+        return out.pin_memory() if self.pinned else out.clone() if out.data_ptr() == tensor.data_ptr() else out
+
+    def append(self, tokens: Offloaded) -> None:
+        """Offload ``tokens`` (any device) after what is stored."""
+        self._segments.append(
+            Offloaded(
+                keys=self._place(tokens.keys),
+                values=self._place(tokens.values),
+                ids=self._place(tokens.ids.to(POSITION_DTYPE)),
+                positions=self._place(tokens.positions.to(POSITION_DTYPE)),
+                block_keys=None if tokens.block_keys is None else self._place(tokens.block_keys),
+            )
+        )
+
+    def __len__(self) -> int:
+        return sum(s.ids.numel() for s in self._segments)
+
+    def all(self) -> Offloaded:
+        """Everything stored, in order, where it lives (one segment: no copy; several: one concatenation)."""
+        if not self._segments:
+            raise RuntimeError("HostStore.all() on an empty store")
+        segs = self._segments
+        blocks = [s.block_keys for s in segs]
+        return Offloaded(
+            keys=_cat([s.keys for s in segs], 1),
+            values=_cat([s.values for s in segs], 1),
+            ids=_cat([s.ids for s in segs], 0),
+            positions=_cat([s.positions for s in segs], 1),
+            block_keys=None if any(b is None for b in blocks) else _cat(blocks, 0),
+        )
+
+    def block_keys(self) -> torch.Tensor:
+        """``[B, H * D]``: the block rows of every segment, in order (each segment offloaded its own blocks)."""
+        rows = [s.block_keys for s in self._segments]
+        if not rows or any(r is None for r in rows):
+            raise RuntimeError("HostStore.block_keys(): some offloaded tokens were stored without block keys")
+        return _cat(rows, 0)
+
+    def take(self, index: torch.Tensor) -> Offloaded:
+        """The tokens at ``index`` (``[n]`` ascending, into the stored order), copied to the accelerator; the block
+        rows are not copied (a view never needs them). Reads only the segments it takes from."""
+        index = index.to("cpu", torch.long)
+        parts: list[Offloaded] = []
+        start = 0
+        for seg in self._segments:
+            n = seg.ids.numel()
+            local = index[(index >= start) & (index < start + n)] - start
+            if local.numel():
+                local = local.to(seg.keys.device)
+                parts.append(
+                    Offloaded(
+                        seg.keys.index_select(1, local),
+                        seg.values.index_select(1, local),
+                        seg.ids.index_select(0, local),
+                        seg.positions.index_select(1, local),
+                    )
+                )
+            start += n
+        if not parts:  # nothing picked: zero tokens, shaped like the stored ones
+            if not self._segments:
+                raise RuntimeError("HostStore.take() on an empty store")
+            first = self._segments[0]
+            parts = [Offloaded(first.keys[:, :0], first.values[:, :0], first.ids[:0], first.positions[:, :0])]
+        moved = [
+            _cat([getattr(p, name) for p in parts], 0 if name == "ids" else 1).to(self.device, non_blocking=True)
+            for name in ("keys", "values", "ids", "positions")
+        ]
+        return Offloaded(*moved)
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep only the tokens at ``index`` (``[n]`` ascending), as one segment (block rows are dropped: a store
+        that compacts computes its block keys when it reads them)."""
+        everything = self.all()
+        index = index.to(everything.keys.device, torch.long)
+        self._segments = [
+            Offloaded(
+                keys=everything.keys.index_select(1, index).contiguous(),
+                values=everything.values.index_select(1, index).contiguous(),
+                ids=everything.ids.index_select(0, index),
+                positions=everything.positions.index_select(1, index).contiguous(),
+            )
+        ]
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes the offloaded tensors occupy, by part."""
+        parts = {"keys": 0, "values": 0, "positions": 0, "block_keys": 0}
+        for seg in self._segments:
+            parts["keys"] += seg.keys.nbytes
+            parts["values"] += seg.values.nbytes
+            parts["positions"] += seg.ids.nbytes + seg.positions.nbytes
+            parts["block_keys"] += 0 if seg.block_keys is None else seg.block_keys.nbytes
+        return parts

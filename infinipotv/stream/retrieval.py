@@ -1,0 +1,185 @@
+"""The streaming method of ReKV and LiveVLM: a window in the cache, the rest offloaded, blocks retrieved per question.
+
+After each chunk (:meth:`Retrieval.after_chunk`): the chunk's tokens are offloaded as they arrive (ReKV: with each
+block's representative) or when they leave the window (LiveVLM), the cache keeps the prefix and the newest |C|
+video tokens (the same in every head), and a bounded host memory is compacted by the rule (LiveVLM's buckets).
+At a question (:meth:`Retrieval.view`, H1): a retrieval forward of the question's tokens, in the transient mode on
+what the cache holds, captures every layer's pre-RoPE queries; per layer the rule scores its blocks and picks them;
+the picked tokens are copied to the accelerator, re-rotated to contiguous positions after the prefix where the rule
+and the model allow (H5), and the prompt and answer read [prefix | retrieved | window if included]. Nothing is
+written: the memory after the answer is the memory before it.
+
+Accelerator memory: |C| window tokens while streaming (plus a chunk, fewer than |M| - |C|), |C| + |M| - |C| = |M|
+while answering (the window stays resident; the retrieval buffer is |M| - |C| tokens at most). The host holds the
+offloaded tokens (every token for ReKV; the bounded long-term memory for LiveVLM).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from infinipotv.compress import compressed_size
+from infinipotv.compress.retrieval import RetrievalPolicy
+from infinipotv.kv.host import HostStore, Offloaded
+from infinipotv.models.base import ModelAdapter, VisionChunk
+from infinipotv.stream.method import StreamingMethod, View, held_bytes, streaming_method
+from infinipotv.stream.schedule import ByteCap, Schedule
+from infinipotv.stream.trace import PassClock
+
+if TYPE_CHECKING:
+    from infinipotv.stream.session import VideoState
+
+WINDOW_POSITIONS = "window_positions"  # VideoState.state key: [R, T] positions of the window's tokens
+
+
+@streaming_method("retrieval")
+class Retrieval(StreamingMethod):
+    """Streams with a :class:`~infinipotv.compress.retrieval.RetrievalPolicy` (the rule) under |M| = ``budget``."""
+
+    def __init__(
+        self, policy: RetrievalPolicy, adapter: ModelAdapter, budget: int, c_ratio: float, byte_cap: ByteCap | None
+    ) -> None:
+        self.rule = policy
+        self.adapter = adapter
+        self.window = compressed_size(budget, c_ratio)  # |C|: the window's video tokens
+        self.buffer = budget - self.window  # the retrieval buffer's tokens at a question
+        self.schedule = Schedule.of(budget, c_ratio, byte_cap)  # the shared chunk check (a chunk < |M| - |C|)
+        self.capacity = policy.host_capacity(self.buffer)
+        self.capture_chunk_queries = self.capacity is not None  # compaction scores with the chunk's queries
+        self.offload = getattr(policy, "offload", True)
+
+    def check_chunk(self, tokens: int, frames: int) -> None:
+        self.schedule.check_chunk(tokens, frames)
+        block = self.block(tokens // frames)
+        if self.rule.cache_block_keys and tokens % block:
+            raise ValueError(
+                f"a chunk of {frames} frames ({tokens} tokens) is not a whole number of {block}-token blocks: make "
+                f"eval.chunk_frames a multiple of compress.block_frames"
+            )
+
+    def block(self, tokens_per_frame: int) -> int:
+        """Tokens per retrieval block: the rule's, at most the retrieval buffer (a chunk is always smaller than the
+        buffer, so only a page larger than a small budget's buffer is cut)."""
+        return min(self.rule.block_tokens(tokens_per_frame), self.buffer)
+
+    def start(self, video: VideoState) -> None:
+        device = self.adapter.device
+        video.host = [HostStore(device, on_accelerator=not self.offload) for _ in range(self.adapter.n_layers)]
+        rows = self.adapter.text_positions(0, 1).shape[0]
+        video.state[WINDOW_POSITIONS] = torch.empty(rows, 0, dtype=torch.long, device=device)
+
+    def accelerator_bytes(self, video: VideoState) -> int:
+        return sum(sum(store.nbytes().values()) for store in video.host if store.on_accelerator)
+
+    # -- after each chunk -----------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def after_chunk(
+        self,
+        video: VideoState,
+        chunk: VisionChunk,
+        token_ids: torch.Tensor,
+        clock: PassClock,
+        queries: list[torch.Tensor] | None,
+    ) -> None:
+        n, p = chunk.embeds.shape[0], video.prefix_len
+        positions = chunk.positions.long()
+        window_positions = torch.cat([video.state[WINDOW_POSITIONS], positions], dim=1)
+        drop = max(0, video.video_tokens - self.window)
+        clock.bytes_before = held_bytes(video)
+        with clock.timed():
+            for layer, (store, host) in enumerate(zip(video.cache.stores, video.host)):
+                keys, values = store.read()
+                if self.rule.offload_on_arrival:
+                    host.append(self._arrival(keys[:, -n:], values[:, -n:], token_ids, positions, chunk))
+                if drop:
+                    if not self.rule.offload_on_arrival:
+                        old = slice(p, p + drop)
+                        ids = store.token_ids()[0, old]
+                        host.append(Offloaded(keys[:, old], values[:, old], ids, window_positions[:, :drop]))
+                    kept = torch.cat([torch.arange(p), torch.arange(p + drop, keys.shape[1])]).to(keys.device)
+                    store.keep(kept.expand(keys.shape[0], -1))
+                if self.capacity is not None and len(host) > self.capacity:
+                    self._compact(host, queries[layer], positions, chunk.tokens_per_frame)
+        video.state[WINDOW_POSITIONS] = window_positions[:, drop:]
+        clock.passes += bool(drop)  # a step that evicted from the window records a pass (its offload time too)
+
+    def _arrival(
+        self,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        token_ids: torch.Tensor,
+        positions: torch.Tensor,
+        chunk: VisionChunk,
+    ) -> Offloaded:
+        """A chunk's tokens to offload, with their blocks' rows when the rule caches them (from pre-RoPE keys)."""
+        rows = None
+        if self.rule.cache_block_keys:
+            pre_rope = self.adapter.rerotate(keys, positions, torch.zeros_like(positions))
+            rows = self.rule.block_keys(pre_rope, self.block(chunk.tokens_per_frame))
+        return Offloaded(keys, values, token_ids, positions, rows)
+
+    def _compact(self, host: HostStore, queries: torch.Tensor, positions: torch.Tensor, per_frame: int) -> None:
+        """Hold the host memory to its capacity: the rule scores it with the chunk's queries, rotated at their
+        positions (attention as the forward computed it)."""
+        everything = host.all()
+        rotated = self.adapter.rerotate(queries, torch.zeros_like(positions), positions)
+        kept = self.rule.compact(everything.keys.to(rotated.device), rotated, self.capacity, per_frame)
+        host.keep(kept)
+
+    # -- at a question --------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def view(self, video: VideoState, question_ids: list[int]) -> View | None:
+        a, cache, p = self.adapter, video.cache, video.prefix_len
+        if not len(video.host[0]):
+            return None
+        with a.capture_queries() as captured, cache.transient():
+            positions = a.text_positions(video.next_position, len(question_ids))
+            a.forward(a.embed_text(question_ids), positions, cache, logits=False)
+        contiguous = self.rule.positions == "contiguous" and a.contiguous_positions
+        block = self.block(video.grid[0] * video.grid[1])
+        layers, nbytes, length = [], 0, 0
+        for layer, (store, host) in enumerate(zip(cache.stores, video.host)):
+            got = host.take(self._picked(video, store, host, captured[layer][0], block))
+            keys, values, old = got.keys, got.values, got.positions.long()
+            if self.rule.include_window:
+                stored_k, stored_v = store.read()
+                keys, values = torch.cat([keys, stored_k[:, p:]], 1), torch.cat([values, stored_v[:, p:]], 1)
+                old = torch.cat([old, video.state[WINDOW_POSITIONS]], dim=1)
+            if contiguous:
+                keys = a.rerotate(keys, old, a.text_positions(video.video_start, keys.shape[1]))
+            length = keys.shape[1]
+            prefix_k, prefix_v = store.read()
+            keys = torch.cat([prefix_k[:, :p], keys.to(prefix_k.dtype)], dim=1)
+            values = torch.cat([prefix_v[:, :p], values.to(prefix_v.dtype)], dim=1)
+            layers.append((keys, values))
+            nbytes += keys.nbytes + values.nbytes
+        start = video.video_start + length if contiguous else video.next_position
+        return View(layers=layers, start=start, nbytes=nbytes)
+
+    def _picked(self, video: VideoState, store, host: HostStore, queries: torch.Tensor, block: int) -> torch.Tensor:
+        """Ascending indices into ``host`` of the tokens of the blocks the question picks in one layer. Only whole
+        blocks are candidates; with the window in the context, a block any of whose tokens the window holds is not
+        one (each layer then reads the same number of tokens)."""
+        if self.rule.cache_block_keys:
+            rows, ids = host.block_keys(), None
+        else:
+            everything = host.all()
+            pre_rope = self.adapter.rerotate(
+                everything.keys, everything.positions, torch.zeros_like(everything.positions)
+            )
+            rows, ids = self.rule.block_keys(pre_rope, block), everything.ids
+        n_blocks = len(host) // block
+        rows = rows[:n_blocks]
+        if self.rule.include_window and self.rule.offload_on_arrival and len(store) > video.prefix_len:
+            first_window_id = int(store.token_ids()[0, video.prefix_len])
+            ids = host.all().ids if ids is None else ids
+            last_ids = ids[: n_blocks * block].view(n_blocks, block).max(dim=1).values
+            n_blocks = int((last_ids < first_window_id).sum())  # blocks are in time order: a prefix of them
+            rows = rows[:n_blocks]
+        n_select = self.rule.blocks_to_retrieve(n_blocks, self.buffer, block)
+        if n_select < 1:
+            return torch.empty(0, dtype=torch.long)
+        picked = self.rule.select(queries, rows, n_select).to("cpu")
+        return (picked.view(-1, 1) * block + torch.arange(block)).view(-1)
