@@ -65,6 +65,15 @@ class StreamingMethod(ABC):
     def check_chunk(self, tokens: int, frames: int) -> None:
         """Fail on a chunk the method cannot take (before it is prefilled)."""
 
+    def before_prefill(
+        self, video: VideoState, chunk: VisionChunk, token_ids: torch.Tensor, transient: bool
+    ) -> tuple[VisionChunk, torch.Tensor]:
+        """H3, a filter before the LLM: the chunk to prefill and its stream ids ``[N]`` (given: the next N vision
+        ids). Called on every encoded chunk after :meth:`check_chunk`, and with ``transient`` on the frames a
+        question prefills with itself (``ask(frames=...)``); a filter that drops or merges tokens returns fewer rows
+        (embeddings, positions and ids together). Default: unchanged."""
+        return chunk, token_ids
+
     @abstractmethod
     def after_chunk(
         self,

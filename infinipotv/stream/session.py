@@ -171,6 +171,8 @@ class StreamingSession:
         before = v.video_tokens + n
         clock = PassClock(a.device)
         ids = torch.arange(v.vision_tokens, v.vision_tokens + n)
+        if method is not None:
+            chunk, ids = method.before_prefill(v, chunk, ids, transient=False)
         if method is not None and method.capture_chunk_queries:
             with a.capture_queries() as captured:
                 self._prefill(chunk.embeds, chunk.positions, ids)
@@ -270,6 +272,10 @@ class StreamingSession:
         sync(a.device)
         t0 = time.perf_counter()
         view = method.view(self.video, ids) if method is not None else None
+        if tail is not None and method is not None:
+            first = self.video.vision_tokens
+            tail_ids = torch.arange(first, first + tail.embeds.shape[0])
+            tail, _ = method.before_prefill(self.video, tail, tail_ids, transient=True)
         with cache.transient(view=None if view is None else view.layers):
             start = self.video.next_position if view is None else view.start
             if tail is not None:  # after a view, the frames since the boundary follow it (a shift of 0 in place)
