@@ -98,9 +98,7 @@ def validate(cfg: RunConfig) -> None:
     if c.budget is not None and c.budget < 2:
         raise ConfigError(f"compress.budget={c.budget} must be >= 2 vision tokens, e.g. compress.budget=6000")
     if c.budget_mib is not None and not 0 < c.budget_mib < math.inf:
-        raise ConfigError(
-            f"compress.budget_mib={c.budget_mib} must be a finite number > 0 MiB, e.g. compress.budget_mib=96"
-        )
+        raise ConfigError(f"compress.budget_mib={c.budget_mib} must be > 0 MiB and finite, e.g. compress.budget_mib=96")
     q = cfg.quant
     if q.residual_length < 0 or q.group_size < 1:
         raise ConfigError(

@@ -32,7 +32,7 @@ KNOBS = [
     (["model.num_frames=-4"], r"model.num_frames=-4 must be >= 1"),
     (["eval.max_new_tokens=0"], r"eval.max_new_tokens=0 must be >= 1 token, e.g. eval.max_new_tokens=16"),
     (["eval.max_new_tokens=-1"], r"eval.max_new_tokens=-1 must be >= 1 token"),
-    (["compress.budget=null", "compress.budget_mib=inf"], r"compress.budget_mib=inf must be a finite number > 0"),
+    (["compress.budget=null", "compress.budget_mib=inf"], r"compress.budget_mib=inf must be > 0 MiB and finite"),
     (
         ["+model.options.num_layerz=7"],
         r"model.options \(model.family=symbolic, tiny=False\) has unknown key\(s\) num_layerz; known: patch, "
