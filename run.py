@@ -19,7 +19,7 @@ from infinipotv.job import run_job, summary
 from infinipotv.models import MissingWeightsError
 from infinipotv.models.loading import check_weights
 from infinipotv.results.tracking import track_run
-from infinipotv.rundir import RunDirError
+from infinipotv.rundir import RunDirError, check_usable, discard_unused
 from infinipotv.threads import use_threads
 
 register_configs()
@@ -36,11 +36,28 @@ def main(dcfg: DictConfig) -> dict:
         metrics = run_job(cfg, run_dir, finished=track_run)
     except (ConfigError, MissingWeightsError, RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
+        discard_unused(Path(HydraConfig.get().runtime.output_dir))  # a start that answered nothing leaves nothing
         sys.exit(2)
+    except BaseException:
+        discard_unused(Path(HydraConfig.get().runtime.output_dir))
+        raise
     print(summary(metrics))
     print(f"\nrun directory: {run_dir}")
     return metrics
 
 
+def _check_run_dir(argv: list[str]) -> None:
+    """A ``run_dir=`` that cannot hold a run (a file, a read-only folder) is refused in one line before Hydra writes
+    its own files there (which would end in Hydra's traceback)."""
+    given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("run_dir=")]
+    if given and given[-1] not in ("", "null"):
+        try:
+            check_usable(Path(given[-1]))
+        except RunDirError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+
+
 if __name__ == "__main__":
+    _check_run_dir(sys.argv[1:])
     main()

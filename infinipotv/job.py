@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -28,28 +31,55 @@ from infinipotv.factory import Parts, as_run_config, build_benchmark, build_part
 from infinipotv.models.base import ModelAdapter, resize_frames
 from infinipotv.progress import Progress
 from infinipotv.provenance import now, provenance
-from infinipotv.rundir import MEMORY, METRICS, PREDICTIONS, PROVENANCE, claim, read_jsonl
+from infinipotv.rundir import (
+    MEMORY,
+    METRICS,
+    PREDICTIONS,
+    PROVENANCE,
+    claim,
+    cut_last_line,
+    parse_line,
+    read_jsonl,
+    rewrite,
+    sort_predictions,
+    unwritable,
+)
 from infinipotv.stream.session import Answer, StreamingSession
 
 
 def read_predictions(path: Path) -> list[dict[str, Any]]:
-    """A run's prediction records; a last line cut by a kill is dropped from the file, so appending goes on cleanly."""
-    return read_jsonl(path, repair=True)[0]
+    """A run's prediction records (the readable lines of ``predictions.jsonl``)."""
+    return read_jsonl(path)[0]
 
 
 class _Appender:
-    """Append JSON lines, flushed and fsynced one by one (a SIGKILL loses at most the line being written)."""
+    """Append JSON lines, each written whole and fsynced (a SIGKILL loses at most the line being written). A write
+    the system refuses (a full disk, the file-size limit) is rolled back to the last whole line and stops the job
+    with one line (:func:`infinipotv.rundir.unwritable`): everything written before is kept."""
 
     def __init__(self, path: Path) -> None:
-        self.f = path.open("a")
+        self.path = path
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise unwritable(path, err) from None
 
     def write(self, record: dict) -> None:
-        self.f.write(json.dumps(record) + "\n")
-        self.f.flush()
-        os.fsync(self.f.fileno())
+        data = (json.dumps(record) + "\n").encode()
+        end = os.fstat(self.fd).st_size
+        try:
+            while data:
+                data = data[os.write(self.fd, data) :]
+            os.fsync(self.fd)
+        except OSError as err:
+            try:
+                os.ftruncate(self.fd, end)
+            except OSError:
+                pass  # a cut last line is dropped when the run resumes (rundir.cut_last_line)
+            raise unwritable(self.path, err) from None
 
     def close(self) -> None:
-        self.f.close()
+        os.close(self.fd)
 
 
 def sample_frames(sample: VideoSample, cfg: RunConfig, adapter: ModelAdapter) -> FrameSource:
@@ -70,7 +100,14 @@ def sample_frames(sample: VideoSample, cfg: RunConfig, adapter: ModelAdapter) ->
     return FrameSource(plan, fps, cfg.eval.chunk_frames, resize)
 
 
-def _record(bench: Benchmark, sample: VideoSample, q: Question, answer: Answer | None, error: str | None) -> dict:
+def _record(
+    bench: Benchmark,
+    sample: VideoSample,
+    q: Question,
+    answer: Answer | None,
+    error: str | None,
+    frames_seen: int | None = None,
+) -> dict:
     output = answer.text if answer else ""
     parsed = bench.parse(output, q) if answer else None
     rec = {
@@ -86,6 +123,9 @@ def _record(bench: Benchmark, sample: VideoSample, q: Question, answer: Answer |
         "correct": error is None and parsed == q.gold,
         "error": error,
         "time_s": q.time_s,
+        "frames_seen": frames_seen,  # the frames the question saw: streamed, or prefilled with it (streaming)
+        # accelerator bytes while answering: the stores, the method's own and the view's (retrieved blocks)
+        "accelerator_bytes": answer.accelerator_bytes if answer else None,
     }
     if answer is not None and answer.reference is not None:
         ref = answer.reference
@@ -114,6 +154,7 @@ def _stream(
     out: _Appender,
     memory: _Appender,
     progress: Progress,
+    ttft: dict[str, float] | None = None,
 ) -> None:
     """Stream one video and answer its remaining questions (offline: after the whole video; streaming: in time).
 
@@ -159,9 +200,11 @@ def _stream(
                 return fail(asked[i:], err)
             try:
                 answer = session.ask(q.prompt, cfg.eval.max_new_tokens or q.max_new_tokens, tail, frames.fps, q.stop)
-                record = _record(bench, sample, q, answer, None)
+                record = _record(bench, sample, q, answer, None, seen)
+                if ttft is not None:  # a time, not a result: in metrics.json, so predictions stay byte-identical
+                    ttft[q.qid] = answer.ttft_s
             except Exception as err:  # noqa: BLE001 (a bad question costs only itself)
-                record = _record(bench, sample, q, None, _error(err))
+                record = _record(bench, sample, q, None, _error(err), seen)
             for step in session.trace[traced:]:  # the trace of what was streamed goes down before the answer it led to
                 memory.write(step.to_dict())
             traced = len(session.trace)
@@ -174,22 +217,28 @@ def _metrics(
     records: list[dict],
     cfg: RunConfig,
     parts_info: dict,
-    expected: int,
+    asked: list[str],
     elapsed_s: float,
     memory_path: Path,
 ) -> dict:
     steps = read_jsonl(memory_path)[0]
     passes = [s["compress"] for s in steps if s["compress"]]
+    streamed: dict[str, int] = {}
+    for s in steps:
+        streamed[s["video_id"]] = max(streamed.get(s["video_id"], 0), s["frames_seen"])
+    seen: dict[str, int] = {}
+    for r in records:
+        seen[r["video_id"]] = max(seen.get(r["video_id"], 0), r.get("frames_seen") or 0)
     refs = [r["reference"] for r in records if "reference" in r]
     metrics = {
         "benchmark": bench.name,
         "scores": bench.score(records),
         "subset": describe(cfg.benchmark),
         "n_questions": len(records),
-        "n_expected": expected,
+        "n_expected": len(asked),
         "n_errors": sum(r["error"] is not None for r in records),
         "errors": dict(Counter(r["error"].split(":")[0] for r in records if r["error"] is not None)),
-        "complete": len(records) == expected,
+        "complete": len(records) == len(asked),
         "model": cfg.model.family,
         "checkpoint": cfg.model.checkpoint or ("tiny" if cfg.model.tiny else None),
         "policy": cfg.compress.name,
@@ -201,9 +250,16 @@ def _metrics(
             "peak_video_tokens": max((s["video_tokens"] for s in steps), default=0),
             "peak_cache_bytes": max((s["cache_bytes"] for s in steps), default=0),
             "peak_memory_bytes": max((s["peak_memory_bytes"] for s in steps), default=0),
-            "frames": sum(
-                max(s["frames_seen"] for s in steps if s["video_id"] == v) for v in {s["video_id"] for s in steps}
+            # bytes by place, the same count for every method (the answers' retrieval buffers included)
+            "peak_accelerator_bytes": max(
+                [s.get("accelerator_bytes", 0) for s in steps] + [r.get("accelerator_bytes") or 0 for r in records],
+                default=0,
             ),
+            "peak_host_bytes": max((s.get("host_bytes", 0) for s in steps), default=0),
+            "frames": sum(streamed.values()),
+            # frames a streaming question saw past the last chunk it was asked after: prefilled with the question,
+            # transiently (they are in no trace step, nor in the peaks above), and never streamed into the memory
+            "frames_with_questions_only": sum(max(0, n - streamed.get(v, 0)) for v, n in seen.items()),
         },
         "time": {
             "seconds": elapsed_s,
@@ -219,29 +275,37 @@ def _metrics(
             "kl_first_token": float(np.mean([r["kl_first_token"] for r in refs])),
             "n": len(refs),
         }
+    metrics["question_ids"] = asked  # what the run asks: the aggregator counts answers to these alone
     return metrics
 
 
 def _drop_partial_traces(path: Path, restream: set[str]) -> None:
-    """Videos that will be streamed again (some of their questions unanswered) record their trace anew."""
-    steps = read_jsonl(path, repair=True)[0]
-    kept = [step for step in steps if step["video_id"] not in restream]
-    if len(kept) < len(steps):
-        path.write_text("".join(json.dumps(step) + "\n" for step in kept))
+    """Videos that will be streamed again (some of their questions unanswered) record their trace anew: their steps
+    leave the file, rewritten whole (:func:`infinipotv.rundir.rewrite`), every other line kept as it was."""
+    cut_last_line(path)
+    if not path.is_file():
+        return
+    lines = path.read_bytes().splitlines(keepends=True)
+    kept = []
+    for line in lines:
+        step = parse_line(line)[0]
+        if not (isinstance(step, dict) and step.get("video_id") in restream):
+            kept.append(line)
+    if len(kept) < len(lines):
+        rewrite(path, b"".join(kept))
 
 
 def _todo(run_dir: Path, samples: list[VideoSample], retry_errors: bool) -> set[str]:
-    """The ids of the questions already answered; with ``retry_errors`` the error records are dropped from the
-    predictions first (rewritten whole, then renamed: a kill cannot cut the file), so those questions run again."""
+    """The ids of the questions already answered: one record per question of this run is kept
+    (:func:`infinipotv.rundir.sort_predictions`: a second answer, a foreign id or an unreadable line is set aside,
+    with one warning); with ``retry_errors`` the error records are dropped, so those questions run again."""
     path = run_dir / PREDICTIONS
-    records = read_predictions(path)
-    if retry_errors and any(r["error"] is not None for r in records):
-        kept = [r for r in records if r["error"] is None]
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        tmp.replace(path)
-        records = kept
-    done = {r["question_id"] for r in records}
+    known = {q.qid for s in samples for q in s.questions}
+    found = sort_predictions(path, known, drop_errors=retry_errors)
+    warning = found.warning(path)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    done = {str(r["question_id"]) for r in found.kept}
     _drop_partial_traces(run_dir / MEMORY, {s.video_id for s in samples if any(q.qid not in done for q in s.questions)})
     return done
 
@@ -254,11 +318,26 @@ def run_job(cfg: RunConfig, run_dir: Path, finished: Callable[[RunConfig, Path, 
     local files are written, while the directory is still held: run.py passes experiment tracking
     (:func:`infinipotv.results.tracking.track_run`), so the job itself depends on nothing above it."""
     cfg = as_run_config(cfg)  # the policy parameters that run are the ones recorded
-    with claim(run_dir, OmegaConf.to_yaml(OmegaConf.structured(cfg))):
+    with claim(run_dir, OmegaConf.to_yaml(OmegaConf.structured(cfg))), _file_size_errors():
         metrics = _run(cfg, run_dir)
         if finished is not None:
             finished(cfg, run_dir, metrics)
         return metrics
+
+
+@contextmanager
+def _file_size_errors() -> Iterator[None]:
+    """A write past the file-size limit (``ulimit -f``) fails with EFBIG, which the job reports in one line, instead
+    of raising SIGXFSZ, whose default kills the process. Signal handlers belong to the main thread: elsewhere the
+    default stays."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGXFSZ, before)
 
 
 def _run(cfg: RunConfig, run_dir: Path) -> dict:
@@ -269,12 +348,16 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
     samples = select(bench.samples(), cfg.benchmark)
     expected = sum(len(s.questions) for s in samples)
     done = _todo(run_dir, samples, cfg.retry_errors)
+    print(f"run directory: {run_dir}", file=sys.stderr, flush=True)  # the end summary repeats it
+    if done:
+        print(f"resumed: {len(done)} of {expected} already answered", file=sys.stderr, flush=True)
     parts: Parts | None = None
     out, memory = _Appender(run_dir / PREDICTIONS), _Appender(run_dir / MEMORY)
     streamed = [s for s in samples if s.error is None and any(q.qid not in done for q in s.questions)]
     following = dict(zip((s.video_id for s in streamed), streamed[1:]))  # the video that streams after each
     ahead = SourcesAhead(lambda s: sample_frames(s, cfg, session.adapter))
     progress = Progress(len(streamed), sum(q.qid not in done for s in samples for q in s.questions))
+    ttft: dict[str, float] = {}
     try:
         for sample in samples:
             todo = [q for q in sample.questions if q.qid not in done]
@@ -288,7 +371,6 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
             if parts is None:
                 parts = build_parts(cfg)
                 session = parts.session(cfg.compress.c_ratio, reference=cfg.eval.reference.value == "full")
-                print(f"run directory: {run_dir}", file=sys.stderr, flush=True)  # the end summary repeats it
             _stream(
                 session,
                 sample,
@@ -299,6 +381,7 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
                 out,
                 memory,
                 progress,
+                ttft,
             )
     finally:
         progress.close()
@@ -310,10 +393,15 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
         "budget_tokens": parts.budget if parts else cfg.compress.budget,
         "budget_bytes": parts.budget_bytes if parts else None,
     }
-    metrics = _metrics(bench, records, cfg, parts_info, expected, time.perf_counter() - t0, run_dir / MEMORY)
-    (run_dir / METRICS).write_text(json.dumps(metrics, indent=2))
+    asked = [q.qid for s in samples for q in s.questions]
+    metrics = _metrics(bench, records, cfg, parts_info, asked, time.perf_counter() - t0, run_dir / MEMORY)
+    if ttft:  # the questions this process answered (a resumed run times only its own)
+        times = sorted(ttft.values())
+        metrics["time"]["ttft_s"] = {"mean": float(np.mean(times)), "median": float(np.median(times)), "n": len(times)}
+        metrics["time"]["ttft_s_by_question"] = ttft
+    rewrite(run_dir / METRICS, json.dumps(metrics, indent=2))
     prov["end"] = now()
-    (run_dir / PROVENANCE).write_text(json.dumps(prov, indent=2))
+    rewrite(run_dir / PROVENANCE, json.dumps(prov, indent=2))
     return metrics
 
 
@@ -328,6 +416,7 @@ def summary(metrics: dict) -> str:
         ("accuracy", "n/a" if s["overall"] is None else f"{s['overall']:.1f}"),
         ("questions", f"{metrics['n_questions']} ({metrics['n_errors']} failed)"),
         ("frames streamed", m["frames"]),
+        *_with_questions(m),
         ("peak cache tokens", m["peak_cache_tokens"]),
         ("peak cache bytes", f"{m['peak_cache_bytes']:,}"),
         ("compression passes", t["compress_passes"]),
@@ -336,3 +425,13 @@ def summary(metrics: dict) -> str:
     if "reference" in metrics:
         rows.append(("agreement with full cache", f"{metrics['reference']['agreement']:.1f}"))
     return "\n".join(["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
+
+
+def _with_questions(memory: dict) -> list[tuple[str, str]]:
+    """The row for frames a streaming question saw that the stream had not reached yet (asked before the chunk
+    holding them ended): prefilled with the question and dropped with it, so they count in no streamed frame or peak
+    above; without the row a StreamingBench run reads as one that saw no video."""
+    n = memory.get("frames_with_questions_only", 0)
+    if not n:
+        return []
+    return [("frames prefilled with questions", f"{n} (transiently, with each question; not in the peaks below)")]

@@ -5,21 +5,27 @@ refused at once, with the holder named) and refuses to resume a directory whose 
 the new one, naming the keys, before anything is appended.
 
 A job appends to ``predictions.jsonl`` and ``memory.jsonl`` line by line, flushing each; a job killed mid-write
-leaves at most a cut last line. Readers skip unreadable lines and count them; the job itself (``repair=True``) cuts
-the file at its first unreadable line before appending to it again.
+leaves at most a cut last line. Every other write of a run file replaces it whole through :func:`rewrite` (a temp
+file, fsynced, renamed over it), so a kill or a full disk leaves the old file or the new one, never a cut one.
+Readers skip unreadable lines and count them; the job sorts the answers it finds before resuming
+(:func:`sort_predictions`) and sets aside, never deletes, a line it cannot keep.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 
 PREDICTIONS, METRICS, MEMORY, PROVENANCE, CONFIG = (
@@ -29,58 +35,182 @@ PREDICTIONS, METRICS, MEMORY, PROVENANCE, CONFIG = (
     "provenance.json",
     "config.yaml",
 )
+#: Lines of predictions.jsonl a resume cannot keep (a second answer, a foreign id, unreadable), moved here.
+REJECTED = "predictions.rejected.jsonl"
 LOCK = ".lock"
-#: Top-level config keys that say where, how fast or how a run is reported, not what it computes: a resume may
-#: change them.
+#: Top-level config keys that say where and how a run is reported, not what it computes: a resume may change them.
 NOT_THE_RUN = ("run_dir", "tracking", "experiment", "table", "retry_errors", "threads")
+#: What a start leaves before its first answer (Hydra's record of the command, its log, the lock, the recorded config,
+#: empty run files): a directory holding nothing else holds no result, so a failed start may remove it.
+_STARTED = {".hydra", LOCK, CONFIG, PREDICTIONS, MEMORY}
+_HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}
 
 
 class RunDirError(RuntimeError):
-    """A run directory that this job may not write: in use by another job, or holding another configuration."""
+    """A run directory that this job may not write: in use by another job, holding another configuration, or that
+    the file system refuses (not a directory, read-only, full, over the file-size limit)."""
+
+
+def unwritable(path: Path, err: OSError) -> RunDirError:
+    """The one line for a run file the system would not write: what, why, and that a rerun loses nothing."""
+    why = {
+        errno.EFBIG: "the file-size limit (ulimit -f) is reached: raise it",
+        errno.ENOSPC: "the disk is full: free some space",
+        errno.EDQUOT: "the disk quota is exhausted: free some space",
+        errno.EROFS: "the file system is read-only: give another run_dir=",
+        errno.EACCES: "it is not writable: make it writable, or give another run_dir=",
+        errno.EPERM: "it is not writable: make it writable, or give another run_dir=",
+    }.get(err.errno or 0, "fix that")
+    return RunDirError(
+        f"cannot write {path}: {err.strerror or err} ({why}); what was written before is kept, and a rerun on "
+        f"the same run_dir= resumes from it"
+    )
+
+
+def check_usable(run_dir: Path) -> None:
+    """Refuse, in one line, a ``run_dir`` that cannot hold a run: one naming a file, or a directory (or the nearest
+    existing folder above a new one) that the file system will not let us write. run.py asks before Hydra writes its
+    own files there."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"run_dir={run_dir} names a file, not a directory: give a directory (new or a run's)")
+    folder = run_dir
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise RunDirError(f"run_dir={run_dir} lies under {folder}, a file, not a directory: give another run_dir=")
+    probe = folder / f".write-test-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as err:
+        raise RunDirError(
+            f"run_dir={run_dir}: {folder} is not writable ({err.strerror}): make it writable, or give another run_dir="
+        ) from None
 
 
 @contextmanager
 def claim(run_dir: Path, config_yaml: str) -> Iterator[None]:
     """Hold ``run_dir`` for one writer while the block runs, and make sure it holds this configuration.
 
-    The lock is a POSIX record lock on ``.lock`` (held by the process, released by the kernel when it dies, so a
-    killed job never leaves a stale lock; it also works on NFS). The configuration is written on the first run
-    and compared on every later one."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with (run_dir / LOCK).open("a+") as lock:
+    The lock is on the directory itself (``flock``), so deleting or replacing ``.lock`` cannot admit a second
+    writer, and on ``.lock`` as well (a POSIX record lock, which NFS shares between hosts where directory locks are
+    not supported); ``.lock`` also names the holder. The kernel releases both when the job dies, so a killed job
+    never leaves a stale lock. The configuration is written on the first run and compared on every later one."""
+    check_usable(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as err:
+        raise unwritable(run_dir, err) from None
+    try:
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _held(run_dir) from None
+        except OSError:
+            pass  # no directory locks here (NFS): the record lock on .lock below holds alone
+        with _lock_file(run_dir):
+            _check_config(run_dir, config_yaml)
+            yield
+    finally:
+        os.close(folder)
+
+
+@contextmanager
+def _lock_file(run_dir: Path) -> Iterator[None]:
+    path = run_dir / LOCK
+    if path.is_dir():
+        raise RunDirError(f"{path} is a directory, not the run's lock file: remove it (rmdir {path}) and rerun")
+    try:
+        lock = path.open("a+")
+    except OSError as err:
+        raise unwritable(path, err) from None
+    with lock:
         try:
             fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
+            raise _held(run_dir) from None
+        try:
             lock.seek(0)
-            holder = lock.read().strip() or "another process"
-            raise RunDirError(
-                f"run directory {run_dir} is being written by {holder}: wait for that job to end, or "
-                f"give this one another run_dir="
-            ) from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        lock.flush()
-        _check_config(run_dir / CONFIG, config_yaml)
+            lock.truncate()
+            lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+            lock.flush()
+        except OSError as err:
+            raise unwritable(path, err) from None
         yield
 
 
-def _check_config(path: Path, config_yaml: str) -> None:
+def _held(run_dir: Path) -> RunDirError:
+    try:
+        holder = (run_dir / LOCK).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        holder = ""
+    return RunDirError(
+        f"run directory {run_dir} is being written by {holder or 'another process'}: wait for that job to end, or "
+        f"give this one another run_dir="
+    )
+
+
+def _check_config(run_dir: Path, config_yaml: str) -> None:
+    path = run_dir / CONFIG
+    if path.is_file() and not _has_answers(run_dir):
+        try:
+            recorded_config(path)
+        except RunDirError:  # cut short by a start killed before atomic writes; no answer depends on it
+            rewrite(path, config_yaml)
+            return
     if not path.exists():
-        path.write_text(config_yaml)
+        rewrite(path, config_yaml)
         return
-    problem = config_conflict(path.parent, config_yaml)
+    problem = config_conflict(run_dir, config_yaml)
     if problem:
         raise RunDirError(problem)
 
 
+def _has_answers(run_dir: Path) -> bool:
+    path = run_dir / PREDICTIONS
+    return path.is_file() and path.stat().st_size > 0
+
+
+def recorded_config(path: Path) -> dict[str, Any]:
+    """The configuration a run directory recorded (interpolations left as written), or a RunDirError naming the file
+    and line when it holds none: empty, cut short, not YAML, not a mapping."""
+    fix = "restore it, or give this run another run directory"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise RunDirError(f"{path} cannot be read ({type(err).__name__}: {err}): {fix}") from None
+    if not text.strip():
+        raise RunDirError(f"{path} is empty, so the run it holds cannot be checked against this one: {fix}")
+    if not text.endswith("\n"):
+        line = text.count("\n") + 1
+        raise RunDirError(f"{path}:{line}: the file is cut short (no final newline: a write was interrupted): {fix}")
+    try:
+        tree = OmegaConf.to_container(OmegaConf.create(text))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise RunDirError(f"{where}: not a readable configuration ({problem}): {fix}") from None
+    except Exception as err:  # noqa: BLE001 (OmegaConf's own errors: a broken file all the same)
+        raise RunDirError(f"{path}: not a readable configuration ({type(err).__name__}: {err}): {fix}") from None
+    if not isinstance(tree, dict):
+        raise RunDirError(f"{path}: a configuration is a mapping, not a {type(tree).__name__}: {fix}")
+    return tree
+
+
 def config_conflict(run_dir: Path, config_yaml: str) -> str | None:
-    """Why ``run_dir`` may not take a run of ``config_yaml`` (it holds a run of another configuration), or None.
-    The job checks it when it starts, and the sweep check before anything is submitted."""
+    """Why ``run_dir`` may not take a run of ``config_yaml`` (it holds a run of another configuration, or a
+    configuration that cannot be read), or None. The job checks it when it starts, and the sweep check before
+    anything is submitted."""
     path = run_dir / CONFIG
     if not path.is_file():
         return None
-    before, after = (_flat(OmegaConf.to_container(OmegaConf.create(text))) for text in (path.read_text(), config_yaml))
+    try:
+        before = _flat(recorded_config(path))
+    except RunDirError as err:
+        return str(err)
+    after = _flat(OmegaConf.to_container(OmegaConf.create(config_yaml)))
     changed = [
         key
         for key in sorted(set(before) | set(after))
@@ -106,24 +236,173 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: tree}
 
 
-def read_jsonl(path: Path, repair: bool = False) -> tuple[list[dict[str, Any]], int]:
-    """The readable records of a JSON-lines file (none if it does not exist) and the number of unreadable lines."""
-    if not path.exists():
+def rewrite(path: Path, text: str | bytes) -> None:
+    """Replace ``path`` with ``text`` atomically: written to a temp file beside it, fsynced, renamed over it, and
+    the rename fsynced. A kill, a full disk or a file-size limit at any point leaves the old file or the new one
+    (then a RunDirError saying so)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("wb") as f:
+            f.write(text.encode("utf-8") if isinstance(text, str) else text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise unwritable(path, err) from None
+
+
+def parse_line(line: bytes) -> tuple[Any, str | None]:
+    """One line of a JSON-lines run file as its value, or None and why it is not one (not UTF-8, not JSON, nested
+    too deeply to read)."""
+    try:
+        return json.loads(line.decode("utf-8")), None
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except json.JSONDecodeError as err:
+        return None, f"not JSON ({err.msg})"
+    except RecursionError:
+        return None, "JSON nested too deeply to read"
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The readable records (JSON objects) of a JSON-lines file (none if it does not exist) and the number of
+    lines that are not one."""
+    if not path.is_file():
         return [], 0
     records: list[dict[str, Any]] = []
-    bad, good_bytes = 0, 0
+    bad = 0
     with path.open("rb") as f:
         for line in f:
-            try:
-                if line.strip():
-                    records.append(json.loads(line))
-            except json.JSONDecodeError:
-                bad += 1
-                if repair:
-                    break
+            if not line.strip():
                 continue
-            good_bytes += len(line)
-    if repair and bad:
-        with path.open("r+b") as f:
-            f.truncate(good_bytes)
+            value, _ = parse_line(line)
+            if isinstance(value, dict):
+                records.append(value)
+            else:
+                bad += 1
     return records, bad
+
+
+def cut_last_line(path: Path) -> None:
+    """Drop a last line a kill cut short (it lacks its newline and is not JSON), so that appending goes on cleanly;
+    a complete last line missing only its newline gets it back. Truncation is one system call: nothing else moves."""
+    if not path.is_file():
+        return
+    with path.open("r+b") as f:
+        data = f.read()
+        if not data or data.endswith(b"\n"):
+            return
+        start = data.rfind(b"\n") + 1
+        if parse_line(data[start:])[1] is None:
+            f.write(b"\n")
+        else:
+            f.truncate(start)
+
+
+@dataclass
+class Sorted:
+    """predictions.jsonl sorted for a resume: the records kept (one per question of this run), and the lines set
+    aside with their line numbers and why."""
+
+    kept: list[dict[str, Any]]
+    set_aside: list[tuple[int, bytes, str]]
+
+    def warning(self, path: Path) -> str | None:
+        """One line naming what was set aside (the first three lines and why), or None."""
+        if not self.set_aside:
+            return None
+        shown = "; ".join(f"line {n}: {why}" for n, _, why in self.set_aside[:3])
+        more = f"; and {len(self.set_aside) - 3} more" if len(self.set_aside) > 3 else ""
+        return (
+            f"{path}: kept {len(self.kept)} answers, set aside {len(self.set_aside)} line(s) in "
+            f"{path.with_name(REJECTED).name} ({shown}{more})"
+        )
+
+
+def sort_predictions(path: Path, known: Collection[str], drop_errors: bool = False) -> Sorted:
+    """The answers a resume keeps: the last record of each question of this run (``known`` ids), as the aggregator
+    reads the file. An answer a later one supersedes, an id the run does not ask, a line that is not a prediction,
+    and with ``drop_errors`` an error record (answered again) are not kept; all but the error records are set aside,
+    never deleted. A last line cut by a kill is
+    dropped first (:func:`cut_last_line`). When anything is not kept the file is rewritten whole
+    (:func:`rewrite`) after the set-aside lines are appended to ``predictions.rejected.jsonl``."""
+    cut_last_line(path)
+    if not path.is_file():
+        return Sorted([], [])
+    kept: dict[str, tuple[bytes, dict[str, Any]]] = {}
+    set_aside: list[tuple[int, bytes, str]] = []
+    lines_of: dict[str, int] = {}  # the line number of each kept record
+    dropped = 0
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            record, why = parse_line(line)
+            line = line if line.endswith(b"\n") else line + b"\n"
+            qid = record.get("question_id") if isinstance(record, dict) else None
+            if why is None and qid is None:
+                why = "not a prediction (no question_id)"
+            elif why is None and str(qid) not in known:
+                why = f"question {qid!r} is not one of this run's"
+            if why is None and str(qid) in kept:
+                earlier = kept.pop(str(qid))[0]
+                set_aside.append((lines_of[str(qid)], earlier, f"answer to {qid!r} superseded by line {number}"))
+            if why is not None:
+                set_aside.append((number, line, why))
+            elif drop_errors and record.get("error") is not None:
+                dropped += 1
+            else:
+                kept[str(qid)] = (line, record)
+                lines_of[str(qid)] = number
+    set_aside.sort()
+    if set_aside or dropped:
+        if set_aside:
+            _append(path.with_name(REJECTED), b"".join(line for _, line, _ in set_aside))
+        rewrite(path, b"".join(line for line, _ in kept.values()))
+    return Sorted([record for _, record in kept.values()], set_aside)
+
+
+def _append(path: Path, data: bytes) -> None:
+    try:
+        with path.open("ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        raise unwritable(path, err) from None
+
+
+def discard_unused(run_dir: Path) -> bool:
+    """Remove ``run_dir`` if it holds nothing of a run, only what a start leaves before its first answer
+    (:data:`_STARTED`: Hydra's ``.hydra/`` and log, the lock, the recorded config, empty run files), so a run that
+    failed before its first question leaves no empty directory behind. A directory holding anything else, an answer
+    or a trace above all, is kept, and so is one another job holds. Returns whether it was removed."""
+    if not run_dir.is_dir():
+        return False
+    for entry in run_dir.iterdir():
+        if entry.name == ".hydra":
+            if not entry.is_dir() or not {e.name for e in entry.iterdir()} <= _HYDRA_FILES:
+                return False
+        elif entry.name in (PREDICTIONS, MEMORY):
+            if not entry.is_file() or entry.stat().st_size:
+                return False
+        elif entry.name not in _STARTED and not (entry.suffix == ".log" and entry.is_file()):
+            return False
+    try:
+        folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a job holding it may be loading its model: keep it
+        shutil.rmtree(run_dir)
+    except OSError:
+        return False
+    finally:
+        os.close(folder)
+    return True

@@ -47,6 +47,8 @@ def _prediction(line: bytes) -> tuple[Record | None, str | None]:
         return None, "not UTF-8 text"
     except json.JSONDecodeError as err:
         return None, f"not JSON ({err.msg})"
+    except RecursionError:
+        return None, "JSON nested too deeply to read"
     if not isinstance(record, dict):
         return None, f"a JSON {type(record).__name__}, not a prediction object"
     if record.get("question_id") is None:
@@ -118,7 +120,8 @@ def load_benchmark_config(run_dir: Path, parser: str | None = None) -> Benchmark
 
 
 def read_predictions(path: Path) -> tuple[list[Record], int]:
-    """The last record of each question (a resumed job may repeat one) and the number of lines skipped, each with a
+    """The last record of each question (a later answer supersedes an earlier one, with a warning: the rule of the
+    job's resume, :func:`infinipotv.rundir.sort_predictions`) and the number of lines skipped, each with a
     :class:`SkippedInput` warning naming ``path`` and the line (a job killed mid-write leaves a truncated last line)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: the run wrote no predictions")
@@ -133,7 +136,10 @@ def read_predictions(path: Path) -> tuple[list[Record], int]:
                 bad += 1
                 skip(f"{path} line {number}: {problem}; line skipped")
                 continue
-            records[str(record["question_id"])] = record
+            qid = str(record["question_id"])
+            if qid in records:
+                skip(f"{path} line {number}: another answer to question {qid!r}; it supersedes the earlier one")
+            records[qid] = record
     return list(records.values()), bad
 
 

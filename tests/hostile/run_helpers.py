@@ -1,0 +1,38 @@
+"""What the run-directory probes share: a small in-process run on toy data, and a file-size limit for a block."""
+
+from __future__ import annotations
+
+import resource
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConfig, RunConfig
+from infinipotv.data.toy import BUILDERS
+from tests.helpers import TINY_QWEN2VL
+
+
+def toy_config(root: Path, benchmark: str = "videomme") -> RunConfig:
+    """The tiny Qwen2-VL on a toy benchmark (written under ``root`` once), compressed: seconds per run."""
+    bench = BUILDERS[benchmark](root / benchmark)
+    return RunConfig(
+        model=ModelConfig(**TINY_QWEN2VL),
+        compress=CompressConfig(name="tar_van_pool", budget=96),
+        quant=QuantConfig(),
+        benchmark=bench,
+        eval=EvalConfig(chunk_frames=2),
+    )
+
+
+@contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """Writes past ``limit`` bytes fail (EFBIG) inside the block, as under ``ulimit -f`` with SIGXFSZ ignored."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
