@@ -17,19 +17,23 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from infinipotv.kv.store import KVStore
 
+Parts = tuple[torch.Tensor, ...]  # runs of tokens ``[H, N_i, D]`` read one after the other
 
-def joined(stored: torch.Tensor, tail: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``stored`` then ``tail`` along the tokens, in ``dtype``: one copy, converting ``stored`` on the way (a
-    conversion then a concatenation would copy the whole cache twice at every decode step).
+
+def joined(stored: torch.Tensor | Parts, tail: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``stored`` (a tensor, or runs of tokens in order) then ``tail`` along the tokens, in ``dtype``: one copy,
+    converting on the way (a conversion then a concatenation would copy the whole cache twice at every decode step).
 
     Not cached across decode steps on purpose: a view kept for the whole answer would hold a full-precision copy
     of every layer at once, the memory the compressed (and KIVI) cache exists to save; made per layer, only one
     layer's copy is alive at a time."""
-    out = torch.empty(
-        stored.shape[0], stored.shape[1] + tail.shape[1], stored.shape[2], dtype=dtype, device=tail.device
-    )
-    out[:, : stored.shape[1]].copy_(stored)
-    out[:, stored.shape[1] :].copy_(tail)
+    parts = (*(stored if isinstance(stored, tuple) else (stored,)), tail)
+    first = parts[0]
+    out = torch.empty(first.shape[0], sum(p.shape[1] for p in parts), first.shape[2], dtype=dtype, device=tail.device)
+    at = 0
+    for part in parts:
+        out[:, at : at + part.shape[1]].copy_(part)
+        at += part.shape[1]
     return out
 
 
@@ -46,7 +50,7 @@ class StoreLayer(CacheLayerMixin):
         self.transient = False
         self.tail: tuple[torch.Tensor, torch.Tensor] | None = None
         # H1: what a transient forward reads before its own tokens instead of the store (a retrieval method's view)
-        self.view: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.view: tuple[Parts, Parts] | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device, self.dtype = key_states.device, key_states.dtype
@@ -77,7 +81,7 @@ class StoreLayer(CacheLayerMixin):
         return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)
 
     def get_seq_length(self) -> int:
-        before = len(self.store) if self.view is None else self.view[0].shape[1]
+        before = len(self.store) if self.view is None else sum(p.shape[1] for p in self.view[0])
         return before + (0 if self.tail is None else self.tail[0].shape[1])
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
@@ -103,17 +107,20 @@ class StreamCache(Cache):
             layer.token_ids = token_ids
 
     @contextmanager
-    def transient(self, view: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Iterator[None]:
+    def transient(self, view: list[tuple[Parts | torch.Tensor, Parts | torch.Tensor]] | None = None) -> Iterator[None]:
         """Everything prefilled or generated inside the block is dropped when it ends.
 
-        ``view``: per layer, the keys and values ``[H, N, D]`` the block's forwards read before their own tokens,
-        instead of the store (a retrieval method's [prefix | retrieved blocks]; N the same in every layer). The
-        stores are not touched either way."""
+        ``view``: per layer, the keys and the values the block's forwards read before their own tokens, instead of
+        the store, each as runs ``[H, N_i, D]`` read in order (a retrieval method's [prefix | retrieved | window]:
+        runs of the stored tensors are read in place, not copied; a single tensor is one run); the same total in
+        every layer. The stores are not touched either way."""
         if view is not None and len(view) != len(self.layers):
             raise ValueError(f"a view of {len(view)} layers for a cache of {len(self.layers)}")
         for i, layer in enumerate(self.layers):
             layer.transient = True
-            layer.view = None if view is None else view[i]
+            layer.view = (
+                None if view is None else tuple(runs if isinstance(runs, tuple) else (runs,) for runs in view[i])
+            )
         try:
             yield
         finally:

@@ -43,12 +43,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class View:
-    """What a question's prompt and answer read before their own tokens, per layer: ``layers[i]`` = keys and values
-    ``[H, N, D]`` on the accelerator (the prefix, then retrieved blocks, kept tokens...), instead of what the store
-    holds; N is the same in every layer. ``start``: the position of the question's first token. ``nbytes``: the
+    """What a question's prompt and answer read before their own tokens, per layer: ``layers[i]`` = the keys and
+    the values as runs ``[H, N_i, D]`` on the accelerator, read in order (the stored prefix, then retrieved blocks,
+    the window...; a run of the stored tensors is read in place), instead of what the store holds; the same total in
+    every layer. ``start``: the position of the question's first token. ``nbytes``: the
     accelerator bytes the view's own tensors occupy (a retrieval buffer), counted in the answer's memory."""
 
-    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    layers: list[tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]]
     start: int
     nbytes: int
 

@@ -142,19 +142,21 @@ class Retrieval(StreamingMethod):
         layers, nbytes, length = [], 0, 0
         for layer, (store, host) in enumerate(zip(cache.stores, video.host)):
             got = host.take(self._picked(video, store, host, captured[layer][0], block))
-            keys, values, old = got.keys, got.values, got.positions.long()
-            if self.rule.include_window:
-                stored_k, stored_v = store.read()
-                keys, values = torch.cat([keys, stored_k[:, p:]], 1), torch.cat([values, stored_v[:, p:]], 1)
-                old = torch.cat([old, video.state[WINDOW_POSITIONS]], dim=1)
+            stored_k, stored_v = store.read()
+            keys, values = got.keys.to(stored_k.dtype), got.values.to(stored_v.dtype)
+            nbytes += keys.nbytes + values.nbytes  # the retrieval buffer: the view's own tensors
+            window_k, window_v = stored_k[:, p:], stored_v[:, p:]  # read in place
+            length = keys.shape[1] + (window_k.shape[1] if self.rule.include_window else 0)
             if contiguous:
-                keys = a.rerotate(keys, old, a.text_positions(video.video_start, keys.shape[1]))
-            length = keys.shape[1]
-            prefix_k, prefix_v = store.read()
-            keys = torch.cat([prefix_k[:, :p], keys.to(prefix_k.dtype)], dim=1)
-            values = torch.cat([prefix_v[:, :p], values.to(prefix_v.dtype)], dim=1)
-            layers.append((keys, values))
-            nbytes += keys.nbytes + values.nbytes
+                new = a.text_positions(video.video_start, length)
+                keys = a.rerotate(keys, got.positions.long(), new[:, : keys.shape[1]])
+                if self.rule.include_window:  # moved keys are new tensors: counted
+                    window_k = a.rerotate(window_k, video.state[WINDOW_POSITIONS], new[:, keys.shape[1] :])
+                    nbytes += window_k.nbytes
+            parts_k, parts_v = (stored_k[:, :p], keys), (stored_v[:, :p], values)
+            if self.rule.include_window:
+                parts_k, parts_v = (*parts_k, window_k), (*parts_v, window_v)
+            layers.append((parts_k, parts_v))
         start = video.video_start + length if contiguous else video.next_position
         return View(layers=layers, start=start, nbytes=nbytes)
 

@@ -1,0 +1,98 @@
+"""ReKV and LiveVLM through the real session on the tiny models: the memory is bounded and a question leaves it as
+it found it; retrieved blocks re-rotated to contiguous positions answer exactly as a fresh prefill of those frames
+at those positions (a one-layer model, whose keys depend on no context)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from infinipotv.compress import build, compressed_size
+from infinipotv.kv import FullPrecisionStore
+from infinipotv.kv.cache import StreamCache
+from infinipotv.kv.host import HostStore
+from infinipotv.models import ADAPTERS
+from infinipotv.stream.reference import tiny_adapter, tiny_config
+from infinipotv.stream.session import StreamingSession
+
+BUDGET, C_RATIO = 96, 0.5
+PROMPT = "What is shown?"
+
+
+def frames(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 255, size=(n, 56, 56, 3)).astype(np.uint8)
+
+
+def streamed(adapter, name: str, video: np.ndarray, chunk: int = 2, **params) -> StreamingSession:
+    session = StreamingSession(
+        adapter, build(name, **params), BUDGET, C_RATIO, lambda: FullPrecisionStore(torch.float32)
+    )
+    session.start("v")
+    for i in range(0, len(video), chunk):
+        session.feed(video[i : i + chunk], fps=2.0)
+    return session
+
+
+def snapshot(session: StreamingSession) -> list[torch.Tensor]:
+    v = session.video
+    out = [t.clone() for store in v.cache.stores for t in (*store.read(), store.token_ids())]
+    return out + [t.clone() for host in v.host for t in host.all().tensors()]
+
+
+@pytest.mark.parametrize("family", ["llava_ov", "qwen2vl"])
+@pytest.mark.parametrize("name", ["rekv", "livevlm"])
+def test_memory_is_bounded_and_a_question_leaves_it_unchanged(family, name):
+    adapter = tiny_adapter(family)
+    session = streamed(adapter, name, frames(24 if family == "llava_ov" else 72))  # 16 and 4 tokens per frame
+    window = compressed_size(BUDGET, C_RATIO)
+    assert all(s.video_tokens <= window + 12 for s in session.trace)  # |C| plus at most one chunk's tokens
+    assert session.trace[-1].host_bytes > 0 and session.trace[-1].video_tokens == window
+    before = snapshot(session)
+    first = session.ask(PROMPT, max_new_tokens=3)
+    after = snapshot(session)
+    assert len(before) == len(after) and all(torch.equal(a, b) for a, b in zip(before, after))
+    again = session.ask(PROMPT, max_new_tokens=3)
+    assert again.tokens == first.tokens and torch.equal(again.first_logprobs, first.first_logprobs)
+    stores = sum(sum(s.nbytes().values()) for s in session.video.cache.stores)
+    assert (
+        stores
+        < first.accelerator_bytes
+        <= stores + 2 * (BUDGET - window) * adapter.n_layers * adapter.n_kv_heads * adapter.head_dim * 4 + stores
+    )
+
+
+def test_retrieved_blocks_answer_as_a_fresh_prefill_at_their_new_positions(monkeypatch):
+    """One decoder layer: a token's key depends on its embedding and position only, so re-rotated retrieved blocks
+    must give the first-token logits of a cache prefilled afresh with [prefix | those frames | question] at
+    contiguous positions (fp32 tolerance)."""
+    config = tiny_config("llava_ov")
+    config = replace(config, options={**config.options, "num_layers": 1})
+    adapter = ADAPTERS["llava_ov"].load(config)
+    video = frames(20, seed=3)
+    session = streamed(adapter, "rekv", video)
+    picked: list[torch.Tensor] = []
+    take = HostStore.take
+    monkeypatch.setattr(HostStore, "take", lambda self, index: picked.append(index) or take(self, index))
+    answer = session.ask(PROMPT, max_new_tokens=1)
+    per_frame = session.video.grid[0] * session.video.grid[1]
+    chosen = sorted({int(i) // per_frame for i in picked[0]})
+    assert 0 < len(chosen) * per_frame <= BUDGET - compressed_size(BUDGET, C_RATIO)
+
+    cache = StreamCache(adapter.n_layers, lambda: FullPrecisionStore(torch.float32))
+    ids = adapter.prefix_ids()
+    cache.commit(torch.full((len(ids),), -1))
+    adapter.forward(adapter.embed_text(ids), adapter.text_positions(0, len(ids)), cache, logits=False)
+    start = session.video.video_start
+    for k, f in enumerate(chosen):
+        chunk = adapter.encode_frames(video[f : f + 1], f, 2.0, start)
+        cache.commit(torch.arange(chunk.embeds.shape[0]))
+        adapter.forward(chunk.embeds, adapter.text_positions(start + k * per_frame, per_frame), cache, logits=False)
+    q = adapter.question_ids(PROMPT)
+    position = start + len(chosen) * per_frame
+    with cache.transient():
+        logits = adapter.forward(adapter.embed_text(q), adapter.text_positions(position, len(q)), cache)[-1]
+    expected = torch.log_softmax(logits, dim=-1)
+    torch.testing.assert_close(answer.first_logprobs, expected, atol=1e-4, rtol=1e-4)
