@@ -1,0 +1,25 @@
+"""The retrieval benches run end to end at tiny sizes and record bytes by place for every method."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import torch
+
+
+def test_retrieval_benches_run_in_smoke_mode(tmp_path: Path) -> None:
+    threads = torch.get_num_threads()
+    try:
+        data = importlib.import_module("bench.retrieval_memory").main(["--smoke", "--out", str(tmp_path)])
+        peers = importlib.import_module("bench.gpu_peers").main(["--smoke", "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    assert json.loads((tmp_path / "retrieval_memory.json").read_text())["smoke"] is True
+    rekv = next(r for r in data["runs"] if r["method"] == "rekv")
+    hosts = [c["host_bytes"] for c in rekv["checkpoints"]]
+    assert hosts == sorted(hosts) and hosts[-1] == 8 * hosts[0]  # every frame offloaded: host bytes follow the stream
+    assert len({c["accelerator_peak_bytes"] for c in rekv["checkpoints"]}) == 1  # the accelerator is flat
+    by_method = {(r["model"], r["method"]): r for r in peers["runs"]}
+    assert by_method[("llava_ov", "tar_van_pool")]["host_bytes"] == 0 < by_method[("llava_ov", "rekv")]["host_bytes"]
