@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--budget", type=int, default=6000)
     args = parse(p, argv)
     if args.smoke:
-        models = {"qwen2vl": load_model("tiny_qwen2vl"), "llava_ov": load_model("tiny_llava_ov")}
-        n_frames, budget, chunk, size = 24, 96, 2, (56, 56)
+        models = {"llava_ov": load_model("tiny_llava_ov")}
+        n_frames, budget, chunk, size = 12, 96, 2, (56, 56)
     else:
         if not args.checkpoint:
             raise SystemExit("give --checkpoint FAMILY=PATH for each model to run (local folders; nothing is fetched)")

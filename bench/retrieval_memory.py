@@ -81,7 +81,7 @@ def run(adapter, method: str, video: np.ndarray, base: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(parser(__doc__.splitlines()[0]), argv)
     if args.smoke:
-        adapter, base = load_model("tiny_llava_ov"), 12
+        adapter, base = load_model("tiny_llava_ov"), 6
         video = random_video(base * max(MULTIPLES))
     else:
         adapter, base = load_model("symbolic"), 24

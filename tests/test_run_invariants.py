@@ -115,6 +115,29 @@ def test_a_subset_answers_each_question_as_the_full_run(tmp_path, full_run, symb
         assert got and all(r == full[r["question_id"]] for r in got), run
 
 
+@pytest.mark.slow
+def test_a_retrieval_method_keeps_the_guarantees(tmp_path, symbolic_data):
+    """compress=rekv (a window, every frame offloaded, blocks retrieved per question): a killed and resumed run, an
+    ``ids`` subset and a shard answer each question exactly as the uninterrupted run (one video, so it stays short)."""
+    args = [*SYMBOLIC, "benchmark.options.n_videos=1", "compress=rekv", f"benchmark.root={symbolic_data}"]
+    full = run_py(*args, f"run_dir={tmp_path / 'full'}")
+    assert full.returncode == 0, full.stderr
+    expected = predictions(tmp_path / "full")
+    n = expected.count(b"\n")
+    _kill_after([*args, f"run_dir={tmp_path / 'killed'}"], n // 2, extra_s=0.1)
+    assert 0 < predictions(tmp_path / "killed").count(b"\n") < n, "the kill must land before the run is done"
+    resumed = run_py(*args, f"run_dir={tmp_path / 'killed'}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert predictions(tmp_path / "killed") == expected
+    records = {r["question_id"]: r for r in lines(tmp_path / "full" / "predictions.jsonl")}
+    late = [q for q, r in records.items() if r["time_s"] is not None][-1]
+    for name, extra in (("ids", f"benchmark.ids=[{late}]"), ("shard", "benchmark.shard=1/2")):
+        out = run_py(*args, extra, f"run_dir={tmp_path / name}")
+        assert out.returncode == 0, out.stderr
+        got = lines(tmp_path / name / "predictions.jsonl")
+        assert got and all(r == records[r["question_id"]] for r in got), name
+
+
 def test_two_writers_never_answer_a_question_twice(tmp_path):
     run_dir = tmp_path / "run"
     args = [*TINY, f"benchmark.root={tmp_path / 'data'}", f"run_dir={run_dir}"]

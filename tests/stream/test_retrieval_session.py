@@ -42,8 +42,7 @@ def snapshot(session: StreamingSession) -> list[torch.Tensor]:
     return out + [t.clone() for host in v.host for t in host.all().tensors()]
 
 
-@pytest.mark.parametrize("family", ["llava_ov", "qwen2vl"])
-@pytest.mark.parametrize("name", ["rekv", "livevlm"])
+@pytest.mark.parametrize(("family", "name"), [("llava_ov", "rekv"), ("qwen2vl", "livevlm")])  # 1-D RoPE, M-RoPE
 def test_memory_is_bounded_and_a_question_leaves_it_unchanged(family, name):
     adapter = tiny_adapter(family)
     session = streamed(adapter, name, frames(24 if family == "llava_ov" else 72))  # 16 and 4 tokens per frame
