@@ -131,7 +131,7 @@ def test_a_retrieval_method_keeps_the_guarantees(tmp_path, symbolic_data):
     assert predictions(tmp_path / "killed") == expected
     records = {r["question_id"]: r for r in lines(tmp_path / "full" / "predictions.jsonl")}
     late = [q for q, r in records.items() if r["time_s"] is not None][-1]
-    for name, extra in (("ids", f"benchmark.ids=[{late}]"), ("shard", "benchmark.shard=1/2")):
+    for name, extra in (("ids", f"benchmark.ids=[{late}]"), ("shard", "benchmark.shard=0/2")):
         out = run_py(*args, extra, f"run_dir={tmp_path / name}")
         assert out.returncode == 0, out.stderr
         got = lines(tmp_path / name / "predictions.jsonl")

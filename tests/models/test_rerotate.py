@@ -42,8 +42,11 @@ def check_rerotation(adapter: ModelAdapter) -> None:
     old, new = positions_for(adapter, 40, g), positions_for(adapter, 40, g)
     cached = rotated_by_the_decoder(adapter, pre, old)
     moved = adapter.rerotate(cached, old, new)
-    torch.testing.assert_close(moved, rotated_by_the_decoder(adapter, pre, new), atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(adapter.rerotate(cached, old, torch.zeros_like(old)), pre, atol=1e-4, rtol=1e-4)
+    # fp32 tolerance: an angle p * inv_freq is rounded at ~p * 2^-24 rad, ~3e-4 at the positions drawn here (< 5000),
+    # on keys of norm ~3 (both sides round their own angles)
+    tolerance = dict(atol=2e-3, rtol=1e-3)
+    torch.testing.assert_close(moved, rotated_by_the_decoder(adapter, pre, new), **tolerance)
+    torch.testing.assert_close(adapter.rerotate(cached, old, torch.zeros_like(old)), pre, **tolerance)
 
 
 def test_rerotation_is_exact(adapter):
