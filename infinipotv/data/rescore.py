@@ -25,7 +25,7 @@ from infinipotv.config import BenchmarkConfig, Parser
 from infinipotv.data.base import Benchmark
 from infinipotv.data.loading import benchmark_class, question_from_record
 from infinipotv.data.subset import describe
-from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS
+from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS, RunDirError, rewrite
 
 Record = dict[str, Any]
 
@@ -198,7 +198,7 @@ def rescore(run_dir: Path, parser: str | None = None, write: bool = False) -> tu
             raise ValueError(f"{path} is corrupt, so --write would lose its other keys: fix or delete it, then rerun")
         metrics = metrics or {}
         metrics.update(scores=scores, parser=parser_name, subset=describe(cfg))
-        path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        rewrite(path, json.dumps(metrics, indent=2) + "\n")  # whole or not at all: the run's other keys are in it
     return scores, text
 
 
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("always", SkippedInput)
         try:
             _, text = rescore(args.run_dir, args.parser, args.write)
-        except (FileNotFoundError, ValueError) as err:  # no run files, no predictions, a config that is not one
+        except (FileNotFoundError, ValueError, RunDirError) as err:  # no run files, a bad config, a full disk
             text, error = "", err
         else:
             error = None
