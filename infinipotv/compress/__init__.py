@@ -5,10 +5,20 @@
 
 A policy scores tokens (higher = keep) or picks them; top-|C| selection, sorting and checks are shared
 (:mod:`.base`). Policies: full, uniform_frames, uniform_tokens, swa, random, knorm, tar, van, van_pool, tar_van,
-tar_van_pool (InfiniPot-V), tar_reversed, van_reversed, tar_frame.
+tar_van_pool (InfiniPot-V), tar_reversed, van_reversed, tar_frame; the field's streaming methods rekv, livevlm,
+streammem, streamingvlm, streamingtom (each driven by its own streaming method, :mod:`infinipotv.stream`).
 """
 
-from . import baselines, frames, livevlm, rekv, tar_van  # noqa: F401  (registers the policies)
+from . import (  # noqa: F401  (registers the policies)
+    baselines,
+    frames,
+    livevlm,
+    rekv,
+    streamingtom,
+    streamingvlm,
+    streammem,
+    tar_van,
+)
 from .base import (
     POLICIES,
     PRESETS,

@@ -12,6 +12,7 @@ run directory, a corrupt metrics.json leaves the run partial and scored from its
 from __future__ import annotations
 
 import json
+import statistics
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,6 +195,23 @@ def _merge_key(run: Run) -> str:
     return json.dumps(kept, sort_keys=True, default=str)
 
 
+def _merge_times(times: list[dict]) -> dict:
+    """Shards' times: seconds add up; the per-question first-token times are one mapping, their summary made anew
+    from it (a mean of shard means would weigh a small shard like a large one)."""
+    keys = {k for t in times for k in t}
+    merged: dict = {
+        k: sum(t.get(k) or 0 for t in times)
+        for k in keys
+        if all(isinstance(t.get(k), (int, float, type(None))) for t in times)
+    }
+    by_question = {q: s for t in times for q, s in (t.get("ttft_s_by_question") or {}).items()}
+    if by_question:
+        values = list(by_question.values())
+        merged["ttft_s"] = {"mean": statistics.fmean(values), "median": statistics.median(values), "n": len(values)}
+        merged["ttft_s_by_question"] = by_question
+    return merged
+
+
 def merge_shards(shards: Sequence[Run]) -> Run:
     """The whole run from its shards: predictions concatenated in shard order (duplicates refused), re-scored."""
     indexed = sorted(((parse_shard(s.config["benchmark"]["shard"]), s) for s in shards), key=lambda x: x[0])
@@ -224,7 +242,7 @@ def merge_shards(shards: Sequence[Run]) -> Run:
         "n_errors": sum(r.get("error") is not None for r in predictions),
         "complete": not problems,
         "memory": {k: max(p.get(k) or 0 for p in peaks) for k in {k for p in peaks for k in p}},
-        "time": {k: sum(t.get(k) or 0 for t in times) for k in {k for t in times for k in t}},
+        "time": _merge_times(times),
     }
     starts = [s.provenance["start"] for s in shards if s.provenance.get("start")]
     ends = [s.provenance["end"] for s in shards if s.provenance.get("end")]

@@ -167,12 +167,13 @@ class StreamingSession:
         t0 = time.perf_counter()
         chunk = a.encode_frames(frames, v.frames_encoded, v.fps, v.video_start)
         self._check_chunk(chunk)
-        n = chunk.embeds.shape[0]
-        before = v.video_tokens + n
+        n = chunk.embeds.shape[0]  # encoded: the stream ids and positions count these, whatever a filter keeps
+        end = int(chunk.positions.max()) + 1
         clock = PassClock(a.device)
         ids = torch.arange(v.vision_tokens, v.vision_tokens + n)
         if method is not None:
             chunk, ids = method.before_prefill(v, chunk, ids, transient=False)
+        before = v.video_tokens + len(ids)
         if method is not None and method.capture_chunk_queries:
             with a.capture_queries() as captured:
                 self._prefill(chunk.embeds, chunk.positions, ids)
@@ -186,7 +187,7 @@ class StreamingSession:
         step_s = time.perf_counter() - t0
         v.frames_encoded += len(frames)
         v.vision_tokens += n
-        v.next_position = max(v.next_position, int(chunk.positions.max()) + 1)
+        v.next_position = max(v.next_position, end)
         v.trace.append(
             TraceStep.of(
                 v.cache,

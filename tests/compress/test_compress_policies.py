@@ -23,8 +23,12 @@ from infinipotv.compress import (
 N_LAYERS = 6  # not a multiple of 4: every layer_quartile group boundary is exercised
 HEAD_INDEPENDENT = {"full", "uniform_frames", "uniform_tokens", "swa"}  # positional: same choice in every head
 HEAD_INDEPENDENT |= {name for name, cls in POLICIES.items() if cls.streaming == "retrieval"}  # a window of whole tokens
+HEAD_INDEPENDENT |= {"streamingvlm"}  # the newest whole frames
+# Rules that choose from what the stored tensors cannot tell: StreamMem's proxy queries, StreamingTOM's cut before
+# the LLM. Their streaming methods call them (tests/stream/test_peer_methods.py, the transcription tests).
+NOT_ALONE = {"streammem", "streamingtom"}
 
-CASES = [(name, {}) for name in sorted(POLICIES)]
+CASES = [(name, {}) for name in sorted(POLICIES) if name not in NOT_ALONE]
 CASES += [("tar_van_pool", {"pooling": pooling}) for pooling in POOLINGS]
 CASES += [("tar_van_pool", {"frame_view": "grid_aware"})]
 CASES += [("tar_van_pool", {"pooling": "cv", "frame_view": "grid_aware"})]

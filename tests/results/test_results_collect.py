@@ -31,6 +31,8 @@ def write_shards(source: Path, dest: Path, n: int, keep: list[int] | None = None
         (shard / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
         metrics = json.loads((source / "metrics.json").read_text())
         metrics.update(scores=score_records(config["benchmark"], part), n_questions=len(part), n_expected=len(part))
+        ttft = {r["question_id"]: 0.5 + i for r in part}  # as job.py writes them: seconds per question, and a summary
+        metrics["time"] = {"seconds": 10.0, "ttft_s": {"mean": 0.5 + i, "n": len(ttft)}, "ttft_s_by_question": ttft}
         (shard / "metrics.json").write_text(json.dumps(metrics))
         shutil.copy(source / "memory.jsonl", shard / "memory.jsonl")
 
@@ -55,6 +57,9 @@ def test_shard_merge_equals_the_unsharded_run(sweep_dir: Path, tmp_path: Path):
     assert merged.scores["missing"] == whole.scores["missing"] == []
     assert sorted(r["question_id"] for r in merged.predictions) == sorted(r["question_id"] for r in whole.predictions)
     assert merged.question_counts == whole.question_counts
+    time = merged.metrics["time"]
+    assert time["seconds"] == 30.0 and len(time["ttft_s_by_question"]) == time["ttft_s"]["n"] == len(whole.predictions)
+    assert time["ttft_s"]["mean"] == pytest.approx(sum(time["ttft_s_by_question"].values()) / time["ttft_s"]["n"])
 
 
 def test_duplicate_question_across_shards_is_refused(sweep_dir: Path, tmp_path: Path):

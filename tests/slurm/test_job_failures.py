@@ -17,7 +17,12 @@ from tests.slurm.sweeps import run_dirs, sacct_states, slurm, slurm_job_ids, swe
 
 SLURM = pytest.mark.slurm
 BROKEN_FILE = ("benchmark.annotations=null,{broken}", "error: ", "2:0")  # the data layer's one line
-EXITS_2 = ("model.tiny=true,false model.checkpoint=/nonexistent/qwen", "error: weights for model.checkpoint=", "2:0")
+# the real Qwen2-VL config (on the CPU) beside the tiny one; the tiny one reads no checkpoint
+EXITS_2 = (
+    "model=tiny_qwen2vl,qwen2vl model.device=cpu model.checkpoint=/nonexistent/qwen",
+    "error: weights for model.checkpoint=",
+    "2:0",
+)
 
 
 @pytest.fixture
