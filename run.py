@@ -18,6 +18,7 @@ from infinipotv.factory import as_run_config, validate
 from infinipotv.job import run_job, summary
 from infinipotv.models import MissingWeightsError
 from infinipotv.models.loading import check_weights
+from infinipotv.results.report import read_experiment
 from infinipotv.results.tracking import track_run
 from infinipotv.rundir import RunDirError, check_usable, discard_unused
 from infinipotv.threads import use_threads
@@ -46,18 +47,23 @@ def main(dcfg: DictConfig) -> dict:
     return metrics
 
 
-def _check_run_dir(argv: list[str]) -> None:
-    """A ``run_dir=`` that cannot hold a run (a file, a read-only folder) is refused in one line before Hydra writes
-    its own files there (which would end in Hydra's traceback)."""
-    given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("run_dir=")]
-    if given and given[-1] not in ("", "null"):
-        try:
-            check_usable(Path(given[-1]))
-        except RunDirError as err:
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(2)
+def _check_args(argv: list[str]) -> None:
+    """Refused in one line before Hydra starts, where Hydra would end in its own traceback: a ``run_dir=`` that
+    cannot hold a run (a file, a read-only folder; Hydra writes its files there first) and an ``experiment=`` file
+    that is not plain YAML (a tag, bad syntax or encoding)."""
+    given = dict(a.lstrip("+").split("=", 1) for a in argv if "=" in a)
+    try:
+        if given.get("run_dir") not in (None, "", "null"):
+            check_usable(Path(given["run_dir"]))
+        if given.get("experiment"):
+            path = Path(__file__).parent / "experiments" / f"{given['experiment']}.yaml"
+            if path.is_file():  # a missing one is Hydra's own one-line error
+                read_experiment(path)
+    except (RunDirError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
-    _check_run_dir(sys.argv[1:])
+    _check_args(sys.argv[1:])
     main()

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -221,7 +222,7 @@ def _metrics(
     elapsed_s: float,
     memory_path: Path,
 ) -> dict:
-    steps = read_jsonl(memory_path)[0]
+    steps = _trace_steps(memory_path)
     passes = [s["compress"] for s in steps if s["compress"]]
     streamed: dict[str, int] = {}
     for s in steps:
@@ -279,6 +280,24 @@ def _metrics(
     return metrics
 
 
+TRACE_KEYS = ("video_id", "frames_seen", "compress", "total_tokens", "video_tokens", "cache_bytes", "peak_memory_bytes")
+
+
+def _trace_steps(path: Path) -> list[dict]:
+    """The steps of ``memory.jsonl`` the metrics can count: a hand-edited step missing a key they read is left out
+    with one warning naming the file (the answers and the rest of the trace still count)."""
+    steps, bad = read_jsonl(path)
+    kept = [s for s in steps if all(k in s for k in TRACE_KEYS)]
+    if len(kept) < len(steps) or bad:
+        print(
+            f"warning: {path}: {len(steps) - len(kept) + bad} line(s) not a whole trace step (each needs "
+            f"{', '.join(TRACE_KEYS)}); left out of the memory figures in metrics.json",
+            file=sys.stderr,
+            flush=True,
+        )
+    return kept
+
+
 def _drop_partial_traces(path: Path, restream: set[str]) -> None:
     """Videos that will be streamed again (some of their questions unanswered) record their trace anew: their steps
     leave the file, rewritten whole (:func:`infinipotv.rundir.rewrite`), every other line kept as it was."""
@@ -318,11 +337,22 @@ def run_job(cfg: RunConfig, run_dir: Path, finished: Callable[[RunConfig, Path, 
     local files are written, while the directory is still held: run.py passes experiment tracking
     (:func:`infinipotv.results.tracking.track_run`), so the job itself depends on nothing above it."""
     cfg = as_run_config(cfg)  # the policy parameters that run are the ones recorded
-    with claim(run_dir, OmegaConf.to_yaml(OmegaConf.structured(cfg))), _file_size_errors():
+    with claim(run_dir, OmegaConf.to_yaml(OmegaConf.structured(cfg)), _defaults(cfg)), _file_size_errors():
         metrics = _run(cfg, run_dir)
         if finished is not None:
             finished(cfg, run_dir, metrics)
         return metrics
+
+
+def _defaults(cfg: RunConfig) -> str:
+    """The schema's default of every field of ``cfg``'s sections, as YAML: what a run directory written before a
+    field existed ran with (``???`` where a field has no default)."""
+    defaults = OmegaConf.structured(RunConfig)
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if is_dataclass(value):
+            defaults[f.name] = OmegaConf.structured(type(value))
+    return OmegaConf.to_yaml(defaults)
 
 
 @contextmanager

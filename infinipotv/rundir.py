@@ -89,13 +89,14 @@ def check_usable(run_dir: Path) -> None:
 
 
 @contextmanager
-def claim(run_dir: Path, config_yaml: str) -> Iterator[None]:
+def claim(run_dir: Path, config_yaml: str, defaults_yaml: str = "") -> Iterator[None]:
     """Hold ``run_dir`` for one writer while the block runs, and make sure it holds this configuration.
 
     The lock is on the directory itself (``flock``), so deleting or replacing ``.lock`` cannot admit a second
     writer, and on ``.lock`` as well (a POSIX record lock, which NFS shares between hosts where directory locks are
     not supported); ``.lock`` also names the holder. The kernel releases both when the job dies, so a killed job
-    never leaves a stale lock. The configuration is written on the first run and compared on every later one."""
+    never leaves a stale lock. The configuration is written on the first run and compared on every later one
+    (``defaults_yaml``: the schema's defaults, which a key missing from an older run's file is taken to hold)."""
     check_usable(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -110,7 +111,7 @@ def claim(run_dir: Path, config_yaml: str) -> Iterator[None]:
         except OSError:
             pass  # no directory locks here (NFS): the record lock on .lock below holds alone
         with _lock_file(run_dir):
-            _check_config(run_dir, config_yaml)
+            _check_config(run_dir, config_yaml, defaults_yaml)
             yield
     finally:
         os.close(folder)
@@ -151,7 +152,7 @@ def _held(run_dir: Path) -> RunDirError:
     )
 
 
-def _check_config(run_dir: Path, config_yaml: str) -> None:
+def _check_config(run_dir: Path, config_yaml: str, defaults_yaml: str) -> None:
     path = run_dir / CONFIG
     if path.is_file() and not _has_answers(run_dir):
         try:
@@ -162,7 +163,7 @@ def _check_config(run_dir: Path, config_yaml: str) -> None:
     if not path.exists():
         rewrite(path, config_yaml)
         return
-    problem = config_conflict(run_dir, config_yaml)
+    problem = config_conflict(run_dir, config_yaml, defaults_yaml)
     if problem:
         raise RunDirError(problem)
 
@@ -199,10 +200,11 @@ def recorded_config(path: Path) -> dict[str, Any]:
     return tree
 
 
-def config_conflict(run_dir: Path, config_yaml: str) -> str | None:
+def config_conflict(run_dir: Path, config_yaml: str, defaults_yaml: str = "") -> str | None:
     """Why ``run_dir`` may not take a run of ``config_yaml`` (it holds a run of another configuration, or a
-    configuration that cannot be read), or None. The job checks it when it starts, and the sweep check before
-    anything is submitted."""
+    configuration that cannot be read), or None. The job checks it when it starts. A key the recorded file lacks
+    holds its value in ``defaults_yaml`` (a knob added since that run was made, at the default it ran with), so an
+    upgrade does not strand the run directories made before it."""
     path = run_dir / CONFIG
     if not path.is_file():
         return None
@@ -211,6 +213,8 @@ def config_conflict(run_dir: Path, config_yaml: str) -> str | None:
     except RunDirError as err:
         return str(err)
     after = _flat(OmegaConf.to_container(OmegaConf.create(config_yaml)))
+    defaults = _flat(OmegaConf.to_container(OmegaConf.create(defaults_yaml))) if defaults_yaml else {}
+    before = {**{k: v for k, v in defaults.items() if k in after}, **before}
     changed = [
         key
         for key in sorted(set(before) | set(after))

@@ -57,14 +57,21 @@ def experiment_file(experiment: str | Path, experiments_dir: str | Path = "exper
     return path
 
 
-def load_experiment(path: Path) -> tuple[str, ExperimentSpec]:
-    """The experiment's name (its ``experiment:`` key, else the file stem) and its parsed table block."""
+def read_experiment(path: Path) -> dict:
+    """An experiment file as a mapping (interpolations unresolved), or one ValueError line naming the file: run.py
+    reads it before Hydra composes it, the aggregator for its table block."""
     try:
         config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception as err:  # YAML syntax, tags (never constructed), bad encoding
         raise ValueError(f"{path}: not a readable experiment file ({type(err).__name__}: {' '.join(str(err).split())})")
     if not isinstance(config, dict):
         raise ValueError(f"{path}: an experiment file must be a mapping, not a {type(config).__name__}")
+    return config
+
+
+def load_experiment(path: Path) -> tuple[str, ExperimentSpec]:
+    """The experiment's name (its ``experiment:`` key, else the file stem) and its parsed table block."""
+    config = read_experiment(path)
     return str(config.get("experiment") or path.stem), parse_experiment(config.get("table"), f"{path}: table")
 
 

@@ -89,6 +89,34 @@ def test_a_deleted_lock_file_admits_no_second_writer(tmp_path):
         assert third.returncode == 2 and "admitted" not in third.stdout
 
 
+def test_a_run_made_before_a_knob_existed_resumes_at_its_default(copy, finished):
+    """A run directory written before a knob existed (its config.yaml lacks the key) resumes when the knob is at its
+    default, and is refused when it is not"""
+    path = copy / CONFIG
+    recorded = path.read_text()
+    assert "allow_outside_root: false" in recorded
+    path.write_text(recorded.replace("  allow_outside_root: false\n", ""))
+    before = (copy / PREDICTIONS).read_bytes()
+    _resume_copy(copy, finished)
+    assert (copy / PREDICTIONS).read_bytes() == before
+    config = toy_config(finished.parent / "data")
+    config.benchmark.allow_outside_root = True
+    with pytest.raises(RunDirError, match=r"another configuration \(benchmark.allow_outside_root: False -> True\)"):
+        run_job(config, copy)
+
+
+def test_a_hand_edited_trace_step_is_left_out_with_a_warning(copy, finished, capsys):
+    """A memory.jsonl step missing a key (a hand edit) is left out of the metrics with one warning, not a KeyError"""
+    path = copy / "memory.jsonl"
+    steps = [json.loads(line) for line in path.read_text().splitlines()]
+    del steps[0]["cache_bytes"]
+    path.write_text("".join(json.dumps(s) + "\n" for s in steps))
+    metrics = _resume_copy(copy, finished)
+    said = capsys.readouterr().err
+    assert "memory.jsonl: 1 line(s) not a whole trace step" in said and "cache_bytes" in said
+    assert metrics["complete"] and metrics["memory"]["frames"] > 0
+
+
 def test_a_hand_edited_duplicate_or_foreign_answer_is_set_aside_on_resume(copy, finished, capsys):
     """Hand-edited predictions: a superseded answer and a foreign question id are set aside on resume, with a warning"""
     path = copy / PREDICTIONS
@@ -197,6 +225,27 @@ def test_a_run_dir_naming_a_file_is_one_line(tmp_path):
     (tmp_path / "file").write_text("mine\n")
     line = _one_error_line(run_py("model=tiny_qwen2vl", f"run_dir={tmp_path / 'file'}", timeout=120))
     assert "names a file, not a directory" in line and (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_an_experiment_file_with_a_yaml_tag_is_one_line(tmp_path):
+    """an experiment file with a YAML tag is refused by run.py in one line, and nothing runs"""
+    shutil.copy(ROOT / "run.py", tmp_path / "run.py")  # a copy of the entry point, so the repository gains no file
+    shutil.copytree(ROOT / "conf", tmp_path / "conf", symlinks=True)
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "tagged.yaml").write_text(
+        "# @package _global_\nexperiment: tagged\nfoo: !!python/object/apply:os.system [touch pwned]\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "run.py", "+experiment=tagged", f"run_dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )
+    line = _one_error_line(out)
+    assert "tagged.yaml: not a readable experiment file" in line and "python/object/apply" in line
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "run").exists()
 
 
 @contextmanager
