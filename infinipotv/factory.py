@@ -111,6 +111,8 @@ def validate(cfg: RunConfig) -> None:
             f"compress={c.name} evicts tokens and needs a budget: set compress.budget=6000 (tokens) "
             f"or compress.budget_mib"
         )
+    contiguous = ADAPTERS[cfg.model.family].contiguous_positions
+    _checked(lambda: policy.check_storage(cfg.quant.bits < 16, contiguous), "compress")
     if cfg.eval.chunk_frames < 1:
         raise ConfigError(f"eval.chunk_frames={cfg.eval.chunk_frames} must be >= 1")
     _check_counts(cfg)

@@ -124,6 +124,10 @@ class Policy:
         if not 1 <= n_keep <= n_tokens:
             raise ValueError(f"n_keep={n_keep} must be in [1, {n_tokens}] (the tokens in the region)")
 
+    def check_storage(self, quantized: bool, contiguous_positions: bool) -> None:
+        """Fail at startup on a storage the policy cannot stream on: ``quantized`` (KIVI codes: ``quant.bits`` < 16),
+        on a model whose keys may move to new positions (``contiguous_positions``: 1-D RoPE). Default: any."""
+
     def score(
         self, keys: torch.Tensor, values: torch.Tensor, layout: FrameLayout, layer: int, n_layers: int
     ) -> torch.Tensor:

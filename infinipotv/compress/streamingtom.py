@@ -217,6 +217,13 @@ class StreamingTOM(Policy):
         if self.window is not None and self.window < 0:
             raise ValueError(f"window={self.window} must be >= 0 tokens (None: |M|)")
 
+    def check_storage(self, quantized: bool, contiguous_positions: bool) -> None:
+        if quantized:
+            raise ValueError(
+                "StreamingTOM stores its memory in OQM (its width is compress.bits), so quant= does not apply: use "
+                "quant=fp16 (or bf16)"
+            )
+
     def tokens_kept(self, tokens_per_frame: int) -> int:
         """G for frames of ``tokens_per_frame`` tokens."""
         if self.retain is None:

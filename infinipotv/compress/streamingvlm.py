@@ -72,6 +72,13 @@ class StreamingVLM(Policy):
         super().__post_init__()
         check_choice("pos_mode", self.pos_mode, POS_MODES)
 
+    def check_storage(self, quantized: bool, contiguous_positions: bool) -> None:
+        if quantized and contiguous_positions and self.pos_mode == "shrink":
+            raise ValueError(
+                "pos_mode=shrink re-rotates stored keys, which KIVI codes cannot take without re-quantizing: use "
+                "quant=fp16 (or bf16) or compress.pos_mode=original"
+            )
+
     def keep(
         self, keys: torch.Tensor, values: torch.Tensor, layout: FrameLayout, n_keep: int, layer: int, n_layers: int
     ) -> torch.Tensor:

@@ -56,6 +56,12 @@ class StreamingTOMMethod(StreamingMethod):
     def check_chunk(self, tokens: int, frames: int) -> None:
         if tokens % frames:
             raise ValueError(f"a chunk of {frames} frames reached the LLM with {tokens} tokens, not G per frame")
+        retain = self.policy.tokens_kept(tokens // frames)
+        if self.budget < retain:
+            raise ValueError(
+                f"|M| = {self.budget} tokens cannot hold one retrieved group of G = {retain} tokens: raise "
+                f"compress.budget or lower compress.retain"
+            )
 
     def before_prefill(
         self, video: VideoState, chunk: VisionChunk, token_ids: torch.Tensor, transient: bool
@@ -94,7 +100,8 @@ class StreamingTOMMethod(StreamingMethod):
     @torch.inference_mode()
     def view(self, video: VideoState, question_ids: list[int]) -> View:
         """Each layer's retrieved groups, dequantized: [prefix | groups] is what the prompt reads; the question
-        continues at the stream's next position (the groups keep their own)."""
+        continues at the stream's next position (the groups keep their own). At most |M| tokens: floor(|M| / G)
+        groups (upstream takes ceil(12544 / 50) = 251 groups, 12,550 tokens, 6 past its own limit)."""
         a = self.adapter
         scratch = StreamCache(a.n_layers, FullPrecisionStore)
         with a.capture_queries() as captured, scratch.transient():
@@ -104,7 +111,8 @@ class StreamingTOMMethod(StreamingMethod):
             oqm = layer.store.oqm
             groups = None
             if oqm.n_groups:
-                groups = top_groups(query_repr(queries[0], a.n_kv_heads), oqm.group_keys(), self.budget, oqm.group_size)
+                limit = self.budget // oqm.group_size * oqm.group_size  # whole groups within |M|
+                groups = top_groups(query_repr(queries[0], a.n_kv_heads), oqm.group_keys(), limit, oqm.group_size)
             keys, values = oqm.read_groups(groups)
             layers.append((keys, values))
             nbytes += keys.nbytes + values.nbytes
