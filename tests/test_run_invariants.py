@@ -116,10 +116,14 @@ def test_a_subset_answers_each_question_as_the_full_run(tmp_path, full_run, symb
 
 
 @pytest.mark.slow
-def test_a_retrieval_method_keeps_the_guarantees(tmp_path, symbolic_data):
-    """compress=rekv (a window, every frame offloaded, blocks retrieved per question): a killed and resumed run, an
-    ``ids`` subset and a shard answer each question exactly as the uninterrupted run (one video, so it stays short)."""
-    args = [*SYMBOLIC, "benchmark.options.n_videos=1", "compress=rekv", f"benchmark.root={symbolic_data}"]
+@pytest.mark.parametrize("method", ["rekv", "streammem", "streamingvlm", "streamingtom"])
+def test_a_streaming_method_keeps_the_guarantees(tmp_path, symbolic_data, method):
+    """The field's streaming methods (docs/retrieval.md, docs/peers.md): ReKV (a window, every frame offloaded,
+    blocks retrieved per question), StreamMem (a proxy pass and prototypes at every chunk, frames merged before
+    the LLM), StreamingVLM (recent frames, positions renumbered), StreamingTOM (CTR before the LLM, OQM, groups
+    retrieved per question): a killed and resumed run, an ``ids`` subset and a shard answer each question exactly
+    as the uninterrupted run (one video, so it stays short)."""
+    args = [*SYMBOLIC, "benchmark.options.n_videos=1", f"compress={method}", f"benchmark.root={symbolic_data}"]
     full = run_py(*args, f"run_dir={tmp_path / 'full'}")
     assert full.returncode == 0, full.stderr
     expected = predictions(tmp_path / "full")
