@@ -189,7 +189,7 @@ def test_streammem_prototypes_are_stored_and_counted() -> None:
 def test_streamingtom_reads_at_most_prefix_plus_M_and_grows_by_its_groups(monkeypatch) -> None:
     """A chunk's forward reads the prefix and the newest window, a question's the prefix and the retrieved groups:
     never more than prefix + |M| tokens (a budget that is not whole groups included). The OQM grows by exactly
-    ``layers x group_bytes(H, D, G, bits, s)`` per frame (s: the dtype's bytes; 2 in fp16/bf16)."""
+    ``layers x group_bytes(H, D, G, bits, s)`` per frame (s: the stored dtype's bytes, 4 here, 2 in fp16/bf16)."""
     adapter, budget = tiny_adapter("llava_ov"), 66  # G = 4 of 16 tokens per frame: 16.5 groups
     reads: list[tuple[bool, int]] = []
     update = StoreLayer.update
