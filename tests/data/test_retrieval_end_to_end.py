@@ -1,4 +1,5 @@
-"""ReKV and LiveVLM through run_job on the tiny model of every family, on the toy data of every benchmark."""
+"""The field's streaming methods through run_job on the tiny model of every family, on the toy data of every
+benchmark: ReKV and LiveVLM (docs/retrieval.md), StreamMem, StreamingVLM and StreamingTOM (docs/peers.md)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from infinipotv.data.toy import BUILDERS
 from infinipotv.job import read_predictions, run_job
 from infinipotv.stream.reference import FAMILIES, tiny_config
 
-CASES = [(f, m, b) for f in FAMILIES for m in ("rekv", "livevlm") for b in sorted(BUILDERS)]
-FAST = {("llava_ov", "rekv", "videomme")}  # the rest are slow (tests/data/test_end_to_end.py covers the data)
+METHODS = ("rekv", "livevlm", "streammem", "streamingvlm", "streamingtom")
+CASES = [(f, m, b) for f in FAMILIES for m in METHODS for b in sorted(BUILDERS)]
+# the rest are slow (tests/data/test_end_to_end.py covers the data; tests/stream/test_peer_methods.py the peers)
+FAST = {("llava_ov", "rekv", "videomme"), ("qwen2vl", "streamingtom", "videomme")}
 
 
 @pytest.mark.parametrize(
@@ -20,7 +23,7 @@ FAST = {("llava_ov", "rekv", "videomme")}  # the rest are slow (tests/data/test_
     [pytest.param(*c, marks=() if c in FAST else pytest.mark.slow) for c in CASES],
     ids=["-".join(c) for c in CASES],
 )
-def test_a_retrieval_method_runs_end_to_end(family: str, method: str, benchmark: str, tmp_path: Path) -> None:
+def test_a_streaming_method_runs_end_to_end(family: str, method: str, benchmark: str, tmp_path: Path) -> None:
     bench = BUILDERS[benchmark](tmp_path / "data")
     cfg = RunConfig(
         model=tiny_config(family),
