@@ -1,5 +1,6 @@
-"""ReKV and LiveVLM beside InfiniPot-V at the same accelerator budget, on real checkpoints on one GPU: accelerator
-peak (the tensors' bytes and CUDA's allocator peak), host bytes, time to first token, encode throughput.
+"""The field's streaming methods (ReKV, LiveVLM, StreamMem, StreamingVLM, StreamingTOM) beside InfiniPot-V at the
+same accelerator budget, on real checkpoints on one GPU: accelerator peak (the tensors' bytes and CUDA's allocator
+peak), host bytes, time to first token, encode throughput.
 
     python -m bench.gpu_peers --checkpoint qwen2vl=/models/Qwen2-VL-7B-Instruct \\
         --checkpoint llava_ov=/models/llava-onevision-qwen2-7b-ov-hf --out $OUT     # on a GPU
@@ -8,7 +9,9 @@ peak (the tensors' bytes and CUDA's allocator peak), host bytes, time to first t
 Checkpoints are local folders (nothing is downloaded; the GPU machines have no network). The stream is ``--frames``
 raw frames of seeded noise at 2 fps (timings and memory only: noise has no answer), one question at the end. Every
 method runs at ``compress.budget`` |M| = ``--budget`` tokens and c_ratio 0.5, so each holds at most |M| video tokens
-per KV head on the accelerator (ReKV/LiveVLM: window + retrieval buffer); host bytes are reported beside.
+per KV head on the accelerator (ReKV/LiveVLM: window + retrieval buffer; StreamMem, StreamingVLM: |M| after every
+chunk) except StreamingTOM, whose 4-bit OQM grows with the stream by design and whose question reads at most |M|
+retrieved tokens (docs/peers.md); host bytes are reported beside.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from infinipotv.kv import FullPrecisionStore
 from infinipotv.stream.session import StreamingSession
 from infinipotv.stream.trace import PeakMemory
 
-METHODS = ("tar_van_pool", "rekv", "livevlm")
+METHODS = ("tar_van_pool", "rekv", "livevlm", "streammem", "streamingvlm", "streamingtom")
 C_RATIO = 0.5
 QUESTION = "What happens in the video? Answer in one sentence."
 

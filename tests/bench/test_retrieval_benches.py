@@ -23,3 +23,4 @@ def test_retrieval_benches_run_in_smoke_mode(tmp_path: Path) -> None:
     assert len({c["accelerator_peak_bytes"] for c in rekv["checkpoints"]}) == 1  # the accelerator is flat
     by_method = {(r["model"], r["method"]): r for r in peers["runs"]}
     assert by_method[("llava_ov", "tar_van_pool")]["host_bytes"] == 0 < by_method[("llava_ov", "rekv")]["host_bytes"]
+    assert {m for _, m in by_method} == {"tar_van_pool", "rekv", "livevlm", "streammem", "streamingvlm", "streamingtom"}
