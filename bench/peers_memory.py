@@ -1,6 +1,6 @@
 """The field's bounded memories at 1x to 8x a stream: accelerator bytes of StreamMem, StreamingVLM and StreamingTOM.
 
-    python -m bench.peers_memory            # ~1 minute on 2 CPU cores (the real SmolLM2 on glyph frames)
+    python -m bench.peers_memory            # the real SmolLM2 (424 s, one thread, a loaded 2-core VM)
     python -m bench.peers_memory --smoke    # tiny sizes, for the tests
 
 Each method streams the symbolic model's glyph frames (12 tokens each) through the session the job builds, to 1, 2,
