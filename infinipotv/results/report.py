@@ -76,13 +76,13 @@ def load_experiment(path: Path) -> tuple[str, ExperimentSpec]:
 
 
 def _default_figures(tables: Sequence[Table]) -> list[FigureSpec]:
-    """Accuracy vs budget for every column whose runs span 2+ budgets; a memory trace per benchmark."""
+    """Accuracy vs budget for every score column whose runs span 2+ budgets; a memory trace per benchmark."""
     figures: dict[tuple[str, str | None, str | None], FigureSpec] = {}
     for table in tables:
         for column in table.spec.columns:
             runs = [r.runs[column.benchmark] for r in table.rows if column.benchmark in r.runs]
             budgets = {run.fields["budget_tokens"] for run in runs}
-            if len(budgets - {None}) >= 2:
+            if column.score is not None and len(budgets - {None}) >= 2:
                 figures.setdefault(
                     ("accuracy_vs_budget", column.benchmark, column.score),
                     FigureSpec("accuracy_vs_budget", column.benchmark, column.score),

@@ -10,6 +10,9 @@ Shape (YAML, inside ``experiments/NAME.yaml``)::
         - {benchmark: videomme, score: S, label: S, group: Video-MME, published: short}
         - {benchmark: videomme, score: overall, label: All, paired: true}  # + its n and the difference vs the
                                                                              # baseline row with its 95% CI
+        - {benchmark: videomme, metric: memory.peak_accelerator_bytes, scale: MiB, label: MiB, better: lower}
+                                 # a measurement, not a score: a path into metrics.json, times `scale` (a number or
+                                 # KiB, MiB, GiB for bytes, ms for seconds)
       rows:                      # explicit rows ...
         - {id: fp16, stub: [InfiniPot-V, FP16, 6K], match: {policy: tar_van_pool, kv: fp16, budget_tokens: 6000}}
         - {id: paper, stub: [InfiniPot-V, FP16, 6K], published: {source: int4_study_seed004, table: "..."}}
@@ -31,6 +34,7 @@ preferring the experiment's own.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,18 +48,30 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class ColumnSpec:
+    """One column: a score (``score``, a path into metrics.json's ``scores``) or a measurement of the run
+    (``metric``, a path into the rest of metrics.json, e.g. ``time.ttft_s.median``, shown times ``scale``). A sharded
+    run's measurements are its shards' merged (:func:`~infinipotv.results.collect.merge_shards`: peaks the maximum,
+    seconds summed, time to first token over all questions)."""
+
     benchmark: str
-    score: str
+    score: str | None
     label: str
     group: str | None = None
     published: str | None = None  # category in the published CSV; default: the last part of `score`
     decimals: int = 1
     better: str = "higher"
     paired: bool = False  # also show, beside it, its question count and the paired difference vs the baseline row
+    metric: str | None = None
+    scale: float = 1.0  # a metric's unit: 2**-20 for bytes as MiB
+
+    @property
+    def path(self) -> str:
+        """What the column shows, as its output files name it: the score's path, or the metric's."""
+        return self.score if self.score is not None else str(self.metric)
 
     @property
     def published_category(self) -> str:
-        return self.published or self.score.rsplit(".", 1)[-1]
+        return self.published or self.path.rsplit(".", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -125,17 +141,41 @@ def _strings(value: Any) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
 
 
+SCALES = {"KiB": 2**-10, "MiB": 2**-20, "GiB": 2**-30, "ms": 1e3}  # named units of a metric's `scale` (bytes, s)
+COLUMN_KEYS = {"benchmark", "score", "metric", "scale", "label", "group", "published", "decimals", "better", "paired"}
+
+
 def _column(block: Mapping[str, Any], where: str) -> ColumnSpec:
-    _check_keys(block, {"benchmark", "score", "label", "group", "published", "decimals", "better", "paired"}, where)
+    _check_keys(block, COLUMN_KEYS, where)
+    if (block.get("score") is None) == (block.get("metric") is None):
+        raise SpecError(
+            f"{where}: give exactly one of `score` (a path into metrics.json's scores) or `metric` (a path into "
+            f"metrics.json, e.g. memory.peak_accelerator_bytes)"
+        )
+    metric = None if block.get("metric") is None else str(block["metric"])
+    if metric is not None:
+        given = sorted(k for k in ("paired", "published") if block.get(k))
+        if given:
+            raise SpecError(f"{where}: {given} apply to scores (per question, published); a metric column has none")
+        if metric.split(".", 1)[0] == "scores":
+            raise SpecError(f"{where}: metric {metric!r} is a score; write it as `score: {metric.split('.', 1)[-1]}`")
+    elif "scale" in block:
+        raise SpecError(f"{where}: `scale` is a metric's unit; a score is shown as scored")
+    scale = block.get("scale", 1.0)
+    scale = SCALES.get(scale, scale) if isinstance(scale, str) else scale
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+        raise SpecError(f"{where}: scale must be a number > 0 or one of {sorted(SCALES)}, got {block['scale']!r}")
     column = ColumnSpec(
         benchmark=str(_require(block, "benchmark", where)),
-        score=str(_require(block, "score", where)),
-        label=str(block.get("label") or block["score"]),
+        score=None if metric is not None else str(block["score"]),
+        label=str(block.get("label") or block.get("score") or metric),
         group=block.get("group"),
         published=block.get("published"),
         decimals=int(block.get("decimals", 1)),
         better=str(block.get("better", "higher")),
         paired=bool(block.get("paired", False)),
+        metric=metric,
+        scale=float(scale),
     )
     if column.better not in ("higher", "lower"):
         raise SpecError(f"{where}: better must be 'higher' or 'lower', got {column.better!r}")

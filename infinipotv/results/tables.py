@@ -190,6 +190,9 @@ def _published_row(
     mine = select(frame, {k: v for k, v in fields.items() if v is not None})
     cells = []
     for column in spec.columns:
+        if column.metric is not None:  # the published CSV holds scores only
+            cells.append(Cell())
+            continue
         hits = mine[(mine["benchmark"] == column.benchmark) & (mine["category"] == column.published_category)]
         if len(hits) > 1:
             raise SpecError(
@@ -207,6 +210,10 @@ def _run_cells(spec: TableSpec, row: Row, notes: list[str]) -> list[Cell]:
         if run is None:
             cells.append(Cell())
             continue
+        if column.metric is not None:
+            value = _metric(run, column.metric, notes)
+            cells.append(Cell(None if value is None else value * column.scale, partial=not run.complete or run.subset))
+            continue
         try:
             n = run.question_counts.get(column.score)
         except ScorerError as err:
@@ -214,6 +221,18 @@ def _run_cells(spec: TableSpec, row: Row, notes: list[str]) -> list[Cell]:
             notes.append(f"{run.id}: n unavailable ({err})")
         cells.append(Cell(_score(run, column.score, notes), n, partial=not run.complete or run.subset))
     return cells
+
+
+def _metric(run: Run, path: str, notes: list[str]) -> float | None:
+    """The number at dotted ``path`` in the run's metrics.json (its shards' merged); one it lacks (a run from before
+    the measurement existed, a resume that answered nothing and so timed nothing) is noted, never a silent –."""
+    value: Any = run.metrics
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        notes.append(f"{run.id}: no number {path} in its metrics.json" + (f" (found {value!r})" * (value is not None)))
+        return None
+    return float(value)
 
 
 def _score(run: Run, path: str, notes: list[str]) -> float | None:
@@ -402,8 +421,8 @@ def add_stats(table: Table, baseline: str | None = None, n_boot: int = N_BOOT, s
                     f"({_selection_diff(run, base.runs[benchmark])})"
                 )
                 continue
-            indices = [j for j, c in enumerate(table.spec.columns) if c.benchmark == benchmark]
-            paths = [table.spec.columns[j].score for j in indices]
+            indices = [j for j, c in enumerate(table.spec.columns) if c.benchmark == benchmark and c.score is not None]
+            paths = [str(table.spec.columns[j].score) for j in indices]
             try:
                 stats = paired_differences(run, base.runs[benchmark], paths, n_boot, seed)
             except ScorerError as err:
@@ -435,7 +454,7 @@ def table_frame(table: Table) -> pd.DataFrame:
                     "source": row.source,
                     "column": f"{column.group} {column.label}" if column.group else column.label,
                     "benchmark": column.benchmark,
-                    "score": column.score,
+                    "score": column.path,
                     "value": cell.value,
                     "n": cell.n,
                     "partial": cell.partial,
