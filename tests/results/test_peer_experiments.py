@@ -99,37 +99,59 @@ def cluster_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "runs"
 
 
-def _rows_filled(name: str, jobs: list[dict]) -> dict[str, Counter]:
-    """Per table of the experiment: how many jobs each (policy, kv) row gets per benchmark."""
+def _rows_filled(name: str, jobs: list[dict]) -> Counter:
+    """How many jobs fill each (table, policy, kv, benchmark) cell group of the experiment's tables."""
     _, spec = load_experiment(ROOT / "experiments" / f"{name}.yaml")
-    filled = {}
+    filled: Counter = Counter()
     for table in spec.tables:
         assert isinstance(table.rows, AutoRows)
         benchmarks = {c.benchmark for c in table.columns}
-        filled[table.name] = Counter(
-            (j["policy"], j["kv"], j["benchmark"])
+        filled.update(
+            (table.name, j["policy"], j["kv"], j["benchmark"])
             for j in jobs
             if j["benchmark"] in benchmarks and matches(j, table.rows.where)
         )
     return filled
 
 
-def test_the_cluster_table_composes_every_job_and_the_sweep_check_accepts_it(
-    cluster_data: Path, monkeypatch: pytest.MonkeyPatch
+ALL = [*PEERS, "streamingtom"]
+BENCHMARKS = ("mlvu", "videomme", "streamingbench")
+# peers_table's sweeps split by model (a sweep over both models is these two), with the rows each fills: model ->
+# (methods, storage); both of the model's tables (accuracy, cost) take each job
+CLUSTER_CASES = [
+    (["model=qwen2vl"], {"qwen2vl": (ALL, "fp16")}),
+    (["model=llava_ov"], {"llava_ov": (ALL, "fp16")}),
+    (["model=qwen2vl", *CLUSTER_SWEEPS[1]], {"qwen2vl": (PEERS[:-1], "int4")}),
+    (["model=llava_ov", *CLUSTER_SWEEPS[1]], {"llava_ov": (PEERS[:-1], "int4")}),
+    (CLUSTER_SWEEPS[2], {"qwen2vl": (["streamingvlm"], "int4")}),
+    (CLUSTER_SWEEPS[3], {"qwen2vl": (["full"], "fp16"), "llava_ov": (["full"], "fp16")}),
+]
+
+
+@pytest.mark.parametrize(("command", "rows"), CLUSTER_CASES, ids=[" ".join(c) or "fp16" for c, _ in CLUSTER_CASES])
+def test_every_job_of_the_cluster_table_composes_passes_the_sweep_check_and_fills_its_row(
+    cluster_data: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], rows: dict
 ) -> None:
-    jobs = [j for command in CLUSTER_SWEEPS for j in _sweep("peers_table", command, cluster_data, monkeypatch)]
-    assert len(jobs) == 60 + 48 + 3 + 6
-    assert len({j["run_dir"] for j in jobs}) == len(jobs)  # one run directory each, across the sweeps
-    assert {j["compress.budget"] for j in jobs} == {6000, None} and {j["eval.chunk_frames"] for j in jobs} == {4}
-    filled = _rows_filled("peers_table", jobs)
-    rows = {
-        "qwen2vl": {(p, "fp16") for p in [*PEERS, "streamingtom", "full"]} | {(p, "int4") for p in PEERS},
-        "llava_ov": {(p, "fp16") for p in [*PEERS, "streamingtom", "full"]} | {(p, "int4") for p in PEERS[:-1]},
+    jobs = _sweep("peers_table", command, cluster_data, monkeypatch)
+    assert {j["compress.budget"] for j in jobs} <= {6000, None} and {j["eval.chunk_frames"] for j in jobs} == {4}
+    expected = {
+        (table, policy, kv, benchmark): 1
+        for model, (methods, kv) in rows.items()
+        for table in (model, f"{model}_cost")
+        for policy in methods
+        for benchmark in BENCHMARKS
     }
-    for table, counts in filled.items():
-        model = table.removesuffix("_cost")
-        expected = {(*row, b): 1 for row in rows[model] for b in ("mlvu", "videomme", "streamingbench")}
-        assert dict(counts) == expected, table
+    assert dict(_rows_filled("peers_table", jobs)) == expected
+
+
+def test_the_cluster_cases_are_the_documented_sweeps_and_every_table_row() -> None:
+    """The cases above split peers_table's documented sweeps by model, and cover each row of its tables once."""
+    header = (ROOT / "experiments" / "peers_table.yaml").read_text()
+    assert all(f"-m +experiment=peers_table {' '.join(c)}".rstrip() in header for c in CLUSTER_SWEEPS)
+    covered = Counter((m, p, kv) for _, rows in CLUSTER_CASES for m, (ps, kv) in rows.items() for p in ps)
+    for model, int4 in (("qwen2vl", PEERS), ("llava_ov", PEERS[:-1])):  # StreamingVLM's INT4: M-RoPE only
+        wanted = {(model, p, "fp16") for p in [*ALL, "full"]} | {(model, p, "int4") for p in int4}
+        assert {k for k in covered if k[0] == model} == wanted and set(covered.values()) == {1}
 
 
 @pytest.mark.parametrize(
@@ -147,19 +169,46 @@ def test_the_int4_rows_a_method_cannot_take_are_refused(
     assert "1 of 1 jobs cannot run" in str(err.value) and refusal in str(err.value)
 
 
-def test_the_cpu_study_composes_every_job_and_fills_each_table_row_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+SCRIPT = _script_sweeps()
+INT4_BYTES = ["tar_van_pool"]
+# what each `sweep` line of experiments/cpu_peers.sh fills: its tables, methods and storage (the full cache has no
+# budget, so seed 0's plain run is the full-cache row of both the 1/8 and the 1/4 table)
+SCRIPT_ROWS = [
+    (("eighth",), ALL, "fp16"),
+    (("eighth", "quarter"), ["full"], "fp16"),
+    (("seed1_eighth",), ALL, "fp16"),
+    (("seed1_eighth",), INT4_BYTES, "int4"),
+    (("seed1_eighth",), ["full"], "fp16"),
+    (("eighth",), INT4_BYTES, "int4"),
+    (("quarter",), ALL, "fp16"),
+    (("quarter",), INT4_BYTES, "int4"),
+    (("background_eighth",), ALL, "fp16"),
+    (("background_eighth",), INT4_BYTES, "int4"),
+    (("background_eighth",), ["full"], "fp16"),
+]
+
+
+@pytest.mark.parametrize(("command", "rows"), list(zip(SCRIPT, SCRIPT_ROWS)), ids=[" ".join(c) for c in SCRIPT])
+def test_every_sweep_of_the_cpu_study_composes_passes_the_sweep_check_and_fills_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], rows: tuple
 ) -> None:
-    sweeps = _script_sweeps()
-    assert len(sweeps) == 11
-    jobs = [j for command in sweeps for j in _sweep("cpu_peers", command, tmp_path, monkeypatch)]
-    assert len(jobs) == 47 and len({j["run_dir"] for j in jobs}) == 47
+    jobs = _sweep("cpu_peers", command, tmp_path, monkeypatch)
     assert {
         (j["benchmark.options.n_videos"], j["benchmark.options.n_needles"], j["eval.chunk_frames"]) for j in jobs
     } == {(20, 10, 2)}
-    rows = {(p, "fp16") for p in [*PEERS, "streamingtom", "full"]} | {("tar_van_pool", "int4")}
-    filled = _rows_filled("cpu_peers", jobs)
-    for table, counts in filled.items():
-        assert dict(counts) == {(*row, "symbolic"): 1 for row in rows}, table
-    background = [j for j in jobs if j["benchmark.options.background_rows"] == 1]
-    assert len(background) == 12 and {tuple(j["benchmark.options.grid"]) for j in background} == {(4, 4)}
+    if any(j["benchmark.options.background_rows"] for j in jobs):
+        assert {tuple(j["benchmark.options.grid"]) for j in jobs} == {(4, 4)}
+    tables, methods, kv = rows
+    assert dict(_rows_filled("cpu_peers", jobs)) == {(t, p, kv, "symbolic"): 1 for t in tables for p in methods}
+
+
+def test_the_cpu_study_fills_every_row_of_its_tables_once() -> None:
+    """The script's 11 sweeps (47 runs) cover each table's rows once: every method in FP16, InfiniPot-V in INT4 at
+    equal bytes, the full cache."""
+    assert len(SCRIPT) == len(SCRIPT_ROWS) == 11
+    assert sum(len(methods) for _, methods, _ in SCRIPT_ROWS) == 47
+    covered = Counter((t, p, kv) for tables, methods, kv in SCRIPT_ROWS for t in tables for p in methods)
+    assert set(covered.values()) == {1}
+    rows = {(p, "fp16") for p in [*ALL, "full"]} | {("tar_van_pool", "int4")}
+    for table in ("eighth", "quarter", "seed1_eighth", "background_eighth"):
+        assert {k[1:] for k in covered if k[0] == table} == rows, table
