@@ -35,15 +35,15 @@ lane_b() {
   sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib=3.3921        # INT4, 1/8 bytes
   sweep compress.budget=288                                                                     # 10: FP16 at 1/4
   sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib=6.6056        # INT4, 1/4 bytes
-  sweep compress.budget=144 benchmark.options.background_rows=1 'benchmark.options.grid=[4,4]'  # 10: background
-  sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib=3.3921 benchmark.options.background_rows=1 'benchmark.options.grid=[4,4]'
-  sweep compress=full compress.budget=null benchmark.options.background_rows=1 'benchmark.options.grid=[4,4]'
+  sweep compress.budget=144 benchmark.options.background_rows=1 'benchmark.options.grid=[4,4]' model.max_pixels=4096  # 10: background
+  sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib=3.3921 benchmark.options.background_rows=1 'benchmark.options.grid=[4,4]' model.max_pixels=4096
+  sweep compress=full compress.budget=null benchmark.options.background_rows=1 'benchmark.options.grid=[4,4]' model.max_pixels=4096
 }
 
 # Generate the three streams' videos first: the lanes would otherwise write the same folders at the same time.
 "$PY" -m infinipotv.data.check +experiment=cpu_peers benchmark.seed=0 >/dev/null
 "$PY" -m infinipotv.data.check +experiment=cpu_peers benchmark.seed=1 >/dev/null
-"$PY" -m infinipotv.data.check +experiment=cpu_peers benchmark.options.background_rows=1 'benchmark.options.grid=[4,4]' >/dev/null
+"$PY" -m infinipotv.data.check +experiment=cpu_peers benchmark.options.background_rows=1 'benchmark.options.grid=[4,4]' model.max_pixels=4096 >/dev/null
 start=$SECONDS
 echo "$(date -u +%FT%TZ) study start at $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" >>"$LOG"
 lane_a & a=$!

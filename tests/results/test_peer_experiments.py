@@ -197,7 +197,7 @@ def test_every_sweep_of_the_cpu_study_composes_passes_the_sweep_check_and_fills_
         (j["benchmark.options.n_videos"], j["benchmark.options.n_needles"], j["eval.chunk_frames"]) for j in jobs
     } == {(20, 10, 2)}
     if any(j["benchmark.options.background_rows"] for j in jobs):
-        assert {tuple(j["benchmark.options.grid"]) for j in jobs} == {(4, 4)}
+        assert {(tuple(j["benchmark.options.grid"]), j["model.max_pixels"]) for j in jobs} == {((4, 4), 64 * 64)}
     tables, methods, kv = rows
     assert dict(_rows_filled("cpu_peers", jobs)) == {(t, p, kv, "symbolic"): 1 for t in tables for p in methods}
 
