@@ -12,16 +12,8 @@
 # resumes its own run directory under results/runs/cpu_peers). Wall times go to results/runs/cpu_peers/study.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-export OMP_NUM_THREADS=1
-LOG=results/runs/cpu_peers/study.log
-mkdir -p "$(dirname "$LOG")"
-
-sweep() {  # one Hydra sweep of the study, timed
-  local start=$SECONDS
-  "$PY" run.py -m +experiment=cpu_peers "$@" >/dev/null
-  echo "$(date -u +%FT%TZ) $((SECONDS - start)) s: $*" >>"$LOG"
-}
+EXPERIMENT=cpu_peers
+source experiments/study.sh
 
 lane_a() {
   sweep compress.budget=144                                                                     # 10: FP16 at 1/8
@@ -40,14 +32,8 @@ lane_b() {
   sweep compress=full compress.budget=null benchmark.options.background_rows=1 'benchmark.options.grid=[4,4]' model.max_pixels=4096
 }
 
-# Generate the three streams' videos first: the lanes would otherwise write the same folders at the same time.
-"$PY" -m infinipotv.data.check +experiment=cpu_peers benchmark.seed=0 >/dev/null
-"$PY" -m infinipotv.data.check +experiment=cpu_peers benchmark.seed=1 >/dev/null
-"$PY" -m infinipotv.data.check +experiment=cpu_peers benchmark.options.background_rows=1 'benchmark.options.grid=[4,4]' model.max_pixels=4096 >/dev/null
-start=$SECONDS
-echo "$(date -u +%FT%TZ) study start at $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" >>"$LOG"
-lane_a & a=$!
-lane_b & b=$!
-wait $a && wait $b
-echo "$(date -u +%FT%TZ) study done: $((SECONDS - start)) s wall for the runs" >>"$LOG"
-"$PY" -m infinipotv.results cpu_peers --force
+# The three streams' videos first: the lanes would otherwise write the same folders at the same time.
+generate benchmark.seed=0
+generate benchmark.seed=1
+generate benchmark.options.background_rows=1 'benchmark.options.grid=[4,4]' model.max_pixels=4096
+run_study

@@ -7,16 +7,8 @@
 # resumes its own run directory under results/runs/cpu_symbolic). Wall times go to results/runs/cpu_symbolic/study.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-export OMP_NUM_THREADS=1
-LOG=results/runs/cpu_symbolic/study.log
-mkdir -p "$(dirname "$LOG")"
-
-sweep() {  # one Hydra sweep of the study, timed
-  local start=$SECONDS
-  "$PY" run.py -m +experiment=cpu_symbolic "$@" >/dev/null
-  echo "$(date -u +%FT%TZ) $((SECONDS - start)) s: $*" >>"$LOG"
-}
+EXPERIMENT=cpu_symbolic
+source experiments/study.sh
 
 lane_a() {
   sweep compress.budget=144                                                # 6: FP16 at 1/8
@@ -36,14 +28,7 @@ curve() {  # the budget curve: FP16 at |M| = 288, unless CURVE=0
   if [ "${CURVE:-1}" = 1 ]; then sweep compress.budget=288 "$@"; fi
 }
 
-# Generate both seeds' videos first: the lanes would otherwise write the same folders at the same time.
-for seed in 0 1; do
-  "$PY" -m infinipotv.data.check +experiment=cpu_symbolic benchmark.seed=$seed >/dev/null
-done
-start=$SECONDS
-echo "$(date -u +%FT%TZ) study start at $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" >>"$LOG"
-lane_a & a=$!
-lane_b & b=$!
-wait $a && wait $b
-echo "$(date -u +%FT%TZ) study done: $((SECONDS - start)) s wall for the runs" >>"$LOG"
-"$PY" -m infinipotv.results cpu_symbolic --force
+# Both seeds' videos first: the lanes would otherwise write the same folders at the same time.
+generate benchmark.seed=0
+generate benchmark.seed=1
+run_study

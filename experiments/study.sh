@@ -1,0 +1,28 @@
+# What the CPU studies' scripts share (sourced by experiments/cpu_symbolic.sh and cpu_peers.sh, never run alone):
+# one core per lane, a timed Hydra sweep per line, the two lanes run side by side, the wall times and the commit in
+# the study's log, then its tables. Set EXPERIMENT and define lane_a and lane_b before calling run_study.
+set -euo pipefail
+PY=${PY:-.venv/bin/python}
+export OMP_NUM_THREADS=1
+LOG=results/runs/$EXPERIMENT/study.log
+mkdir -p "$(dirname "$LOG")"
+
+sweep() {  # one Hydra sweep of the study, timed
+  local start=$SECONDS
+  "$PY" run.py -m +experiment="$EXPERIMENT" "$@" >/dev/null
+  echo "$(date -u +%FT%TZ) $((SECONDS - start)) s: $*" >>"$LOG"
+}
+
+generate() {  # one stream's videos, before the lanes (they would otherwise write the same folders at once)
+  "$PY" -m infinipotv.data.check +experiment="$EXPERIMENT" "$@" >/dev/null
+}
+
+run_study() {  # both lanes side by side, timed and logged with the commit, then the tables
+  local start=$SECONDS a b
+  echo "$(date -u +%FT%TZ) study start at $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" >>"$LOG"
+  lane_a & a=$!
+  lane_b & b=$!
+  wait $a && wait $b
+  echo "$(date -u +%FT%TZ) study done: $((SECONDS - start)) s wall for the runs" >>"$LOG"
+  "$PY" -m infinipotv.results "$EXPERIMENT" --force
+}
