@@ -28,6 +28,8 @@ from infinipotv.results.scoring import ScorerError, flatten_scores, has_scorer, 
 from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE
 
 IGNORED_FOR_MERGE = ("benchmark.shard", "run_dir")  # keys that differ between shards of one run
+MEMORY_COUNTS = ("frames", "frames_with_questions_only")  # metrics.json's memory counts: shards add them up
+RATES = ("encode_fps",)  # time's rates, derived by with_rates (never summed over shards)
 CANONICAL = ("model", "policy", "kv", "budget_tokens", "budget_bytes", "storage", "benchmark", "experiment")
 
 
@@ -157,7 +159,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
         problems.append("predictions.jsonl missing")
     if unreadable:
         problems.append(f"{unreadable} unreadable line(s) in predictions.jsonl")
-    metrics = read_json_object(path / METRICS) or {}
+    metrics = with_rates(read_json_object(path / METRICS) or {})
     provenance = read_json_object(path / PROVENANCE) or {}
     bench = config.get("benchmark") or {}
     predictions, foreign = _asked(predictions, metrics.get("question_ids"), path / PREDICTIONS)
@@ -175,6 +177,17 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     run_id = str(path.relative_to(root)) if root is not None else str(path)
     subset = bool(_subset(bench)["is_subset"])
     return Run((path,), run_id, config, predictions, scores, metrics, provenance, not problems, subset, problems)
+
+
+def with_rates(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` with the rates its counts give, derived here rather than written by the job so that merged shards
+    get them from their summed counts and runs from before a rate existed get it too: ``time.encode_fps``, frames
+    streamed per second of encoding and prefilling (``memory.frames`` / ``time.encode_seconds``)."""
+    frames = (metrics.get("memory") or {}).get("frames")
+    seconds = (metrics.get("time") or {}).get("encode_seconds")
+    if not (isinstance(frames, (int, float)) and isinstance(seconds, (int, float)) and seconds > 0):
+        return metrics
+    return {**metrics, "time": {**metrics["time"], "encode_fps": frames / seconds}}
 
 
 def _asked(records: list[dict[str, Any]], asked: Any, path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -198,7 +211,7 @@ def _merge_key(run: Run) -> str:
 def _merge_times(times: list[dict]) -> dict:
     """Shards' times: seconds add up; the per-question first-token times are one mapping, their summary made anew
     from it (a mean of shard means would weigh a small shard like a large one)."""
-    keys = {k for t in times for k in t}
+    keys = {k for t in times for k in t} - set(RATES)
     merged: dict = {
         k: sum(t.get(k) or 0 for t in times)
         for k in keys
@@ -241,7 +254,9 @@ def merge_shards(shards: Sequence[Run]) -> Run:
         "question_ids": [q for s in shards for q in s.metrics.get("question_ids") or []],
         "n_errors": sum(r.get("error") is not None for r in predictions),
         "complete": not problems,
-        "memory": {k: max(p.get(k) or 0 for p in peaks) for k in {k for p in peaks for k in p}},
+        "memory": {
+            k: (sum if k in MEMORY_COUNTS else max)(p.get(k) or 0 for p in peaks) for k in {k for p in peaks for k in p}
+        },
         "time": _merge_times(times),
     }
     starts = [s.provenance["start"] for s in shards if s.provenance.get("start")]
@@ -255,6 +270,7 @@ def merge_shards(shards: Sequence[Run]) -> Run:
     run_id = f"{shards[0].id} [{len(shards)} of {total} shards]"
     dirs = tuple(d for s in shards for d in s.dirs)
     subset = metrics["subset"]["is_subset"]
+    metrics = with_rates(metrics)
     return Run(dirs, run_id, config, predictions, scores, metrics, provenance, not problems, subset, problems)
 
 

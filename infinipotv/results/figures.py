@@ -3,6 +3,8 @@
 - accuracy vs budget: one line per (policy, kv) over |M| (colour: policy, line style: storage), with its 95% CI as
   a band where the frame has ``ci_low``/``ci_high``; runs with a budget in bytes as hollow squares of their own;
   runs without a budget (full KV) as dotted horizontals; the legend outside the axes.
+- accuracy vs a measurement (accelerator bytes, time to first token...): one point per run, its 95% CI as a vertical
+  bar, the Pareto front (no other run is both better and cheaper) joined by a dashed line.
 - KV memory vs frames streamed: ``cache_bytes`` from ``memory.jsonl`` for one video, one line per run, which shows
   full KV growing with the stream and a compressed cache held at its budget, FP16 above INT4.
 """
@@ -102,6 +104,61 @@ def plot_accuracy_vs_budget(frame: pd.DataFrame, benchmark: str, score: str) -> 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     if "model.tiny" in data and data["model.tiny"].fillna(False).astype(bool).any():
+        ax.set_title(RANDOM_WEIGHTS.capitalize(), fontsize=8, color="firebrick")
+    return fig
+
+
+MARKERS = {"fp16": "o", "bf16": "o", "int8": "^", "int4": "s", "int2": "D"}  # marker per storage (kv)
+
+
+def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
+    """The runs no other run beats on both axes (a higher ``value`` at an ``x`` no larger), by increasing ``x``."""
+    front, best = [], -float("inf")
+    for _, point in points.sort_values(["x", "value"], ascending=[True, False]).iterrows():
+        if point["value"] > best:
+            front.append(point)
+            best = point["value"]
+    return pd.DataFrame(front)
+
+
+def plot_accuracy_vs_metric(points: pd.DataFrame, benchmark: str, score: str, xlabel: str) -> Figure:
+    """Score against a cost per run: ``points`` has ``label``, ``policy``, ``kv``, ``x`` (the cost, lower is
+    better), ``value`` and optionally ``ci_low``/``ci_high``. Colour per policy, marker per storage, every point
+    labelled (budget and storage tell apart one policy's runs); the Pareto front is the dashed line. A log x axis
+    where the costs span more than 8x."""
+    points = points.dropna(subset=["x", "value"])
+    if points.empty:
+        raise ValueError(f"no run has both {benchmark}/{score} and {xlabel}")
+    fig = Figure(figsize=(6.5, 3.8))
+    ax = fig.subplots()
+    policies = sorted(points["policy"].unique())
+    palette = colormaps["tab10" if len(policies) <= 10 else "tab20"].colors
+    colour = {p: palette[i % len(palette)] for i, p in enumerate(policies)}
+    has_ci = "ci_low" in points and points["ci_low"].notna().any()
+    for policy, series in points.groupby("policy", sort=True):
+        for kv, group in series.groupby("kv", sort=True):
+            error = [group["value"] - group["ci_low"], group["ci_high"] - group["value"]] if has_ci else None
+            ax.errorbar(
+                group["x"],
+                group["value"],
+                yerr=error,
+                fmt=MARKERS.get(kv, "o"),
+                color=colour[policy],
+                capsize=2,
+                elinewidth=0.8,
+                label=f"{policy} ({kv})",
+            )
+    for _, point in points.iterrows():
+        ax.annotate(point["label"], (point["x"], point["value"]), fontsize=5, xytext=(3, 3), textcoords="offset points")
+    front = pareto_front(points)
+    ax.plot(front["x"], front["value"], linestyle="--", color="0.4", linewidth=1, label="Pareto front", zorder=0)
+    if points["x"].max() > 8 * points["x"].min() > 0:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"{benchmark} {score}" + (" (95% CI)" if has_ci else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    if "model.tiny" in points and points["model.tiny"].fillna(False).astype(bool).any():
         ax.set_title(RANDOM_WEIGHTS.capitalize(), fontsize=8, color="firebrick")
     return fig
 

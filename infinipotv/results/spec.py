@@ -112,10 +112,12 @@ class TableSpec:
 
 @dataclass(frozen=True)
 class FigureSpec:
-    kind: str  # accuracy_vs_budget | memory_trace
+    kind: str  # FIGURE_KINDS
     benchmark: str | None = None
     score: str | None = None
     where: dict[str, Any] = field(default_factory=dict)  # only the runs matching these keys (as rows' `where`)
+    metric: str | None = None  # accuracy_vs_metric's x: a path into metrics.json (as a metric column's), times scale
+    scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,17 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 
 SCALES = {"KiB": 2**-10, "MiB": 2**-20, "GiB": 2**-30, "ms": 1e3}  # named units of a metric's `scale` (bytes, s)
+FIGURE_KINDS = ("accuracy_vs_budget", "accuracy_vs_metric", "memory_trace")
 COLUMN_KEYS = {"benchmark", "score", "metric", "scale", "label", "group", "published", "decimals", "better", "paired"}
+
+
+def _scale(block: Mapping[str, Any], where: str) -> float:
+    """A metric's ``scale``: a number > 0 or a named unit (SCALES); 1 when not given."""
+    scale = block.get("scale", 1.0)
+    scale = SCALES.get(scale, scale) if isinstance(scale, str) else scale
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+        raise SpecError(f"{where}: scale must be a number > 0 or one of {sorted(SCALES)}, got {block['scale']!r}")
+    return float(scale)
 
 
 def _column(block: Mapping[str, Any], where: str) -> ColumnSpec:
@@ -161,10 +173,7 @@ def _column(block: Mapping[str, Any], where: str) -> ColumnSpec:
             raise SpecError(f"{where}: metric {metric!r} is a score; write it as `score: {metric.split('.', 1)[-1]}`")
     elif "scale" in block:
         raise SpecError(f"{where}: `scale` is a metric's unit; a score is shown as scored")
-    scale = block.get("scale", 1.0)
-    scale = SCALES.get(scale, scale) if isinstance(scale, str) else scale
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
-        raise SpecError(f"{where}: scale must be a number > 0 or one of {sorted(SCALES)}, got {block['scale']!r}")
+    scale = _scale(block, where)
     column = ColumnSpec(
         benchmark=str(_require(block, "benchmark", where)),
         score=None if metric is not None else str(block["score"]),
@@ -271,10 +280,15 @@ def parse_experiment(block: Any, where: str = "table") -> ExperimentSpec:
 
 
 def _figure(block: Mapping[str, Any], where: str) -> FigureSpec:
-    _check_keys(block, {"kind", "benchmark", "score", "where"}, where)
+    _check_keys(block, {"kind", "benchmark", "score", "where", "metric", "scale"}, where)
     kind = str(_require(block, "kind", where))
-    if kind not in ("accuracy_vs_budget", "memory_trace"):
-        raise SpecError(f"{where}: kind must be accuracy_vs_budget or memory_trace, got {kind!r}")
-    if kind == "accuracy_vs_budget" and not (block.get("benchmark") and block.get("score")):
-        raise SpecError(f"{where}: accuracy_vs_budget needs `benchmark` and `score`")
-    return FigureSpec(kind, block.get("benchmark"), block.get("score"), dict(block.get("where") or {}))
+    if kind not in FIGURE_KINDS:
+        raise SpecError(f"{where}: kind must be one of {', '.join(FIGURE_KINDS)}, got {kind!r}")
+    if kind != "memory_trace" and not (block.get("benchmark") and block.get("score")):
+        raise SpecError(f"{where}: {kind} needs `benchmark` and `score`")
+    if (kind == "accuracy_vs_metric") != (block.get("metric") is not None):
+        raise SpecError(f"{where}: `metric` (the x axis, a path into metrics.json) goes with kind accuracy_vs_metric")
+    metric = None if block.get("metric") is None else str(block["metric"])
+    return FigureSpec(
+        kind, block.get("benchmark"), block.get("score"), dict(block.get("where") or {}), metric, _scale(block, where)
+    )

@@ -211,7 +211,7 @@ def _run_cells(spec: TableSpec, row: Row, notes: list[str]) -> list[Cell]:
             cells.append(Cell())
             continue
         if column.metric is not None:
-            value = _metric(run, column.metric, notes)
+            value = metric_value(run, column.metric, notes)
             cells.append(Cell(None if value is None else value * column.scale, partial=not run.complete or run.subset))
             continue
         try:
@@ -223,7 +223,7 @@ def _run_cells(spec: TableSpec, row: Row, notes: list[str]) -> list[Cell]:
     return cells
 
 
-def _metric(run: Run, path: str, notes: list[str]) -> float | None:
+def metric_value(run: Run, path: str, notes: list[str]) -> float | None:
     """The number at dotted ``path`` in the run's metrics.json (its shards' merged); one it lacks (a run from before
     the measurement existed, a resume that answered nothing and so timed nothing) is noted, never a silent –."""
     value: Any = run.metrics

@@ -9,10 +9,14 @@ import json
 import statistics
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import yaml
 
-from infinipotv.results import SpecError, add_stats, build_table, load_runs, parse_table, to_markdown
+from infinipotv.results import SpecError, add_stats, build_report, build_table, load_runs, parse_table, to_markdown
 from infinipotv.results.example import MLVU_CORRECT, _mlvu_records, memory_trace, run_config, write_run
+from infinipotv.results.figures import pareto_front
+from infinipotv.results.spec import parse_experiment
 from infinipotv.rundir import METRICS
 
 MIB = 2**20
@@ -61,7 +65,7 @@ def _write(run_dir: Path, policy: str, kv: str, shard: str | None, part: slice, 
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> list:
+def field_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("field")
     half = 1000  # of MLVU's 2,174 questions
     # InfiniPot-V in two shards: the first's questions answered in 0.1 s, the second's 1,174 in 0.3 s
@@ -78,7 +82,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list:
     )
     # a run written before the job measured bytes by place or timed answers: its metrics.json has neither
     _write(root / "swa_fp16", "swa", "fp16", None, slice(None), None)
-    return load_runs(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(field_root: Path) -> list:
+    return load_runs(field_root)
 
 
 def test_a_sharded_runs_measurements_are_its_shards_merged(runs, published) -> None:
@@ -138,3 +147,42 @@ def test_a_metric_columns_scale_is_a_number_or_a_named_unit() -> None:
     assert columns[1].path == "memory.peak_accelerator_bytes" and columns[1].score is None
     number = parse_table({**SPEC, "columns": [{"benchmark": "mlvu", "metric": "time.seconds", "scale": 0.5}]})
     assert number.columns[0].scale == 0.5 and number.columns[0].label == "time.seconds"
+
+
+def test_the_pareto_front_keeps_the_runs_no_other_beats_on_both_axes() -> None:
+    points = pd.DataFrame(
+        {"x": [1.0, 2.0, 2.0, 3.0, 4.0, 5.0], "value": [10.0, 30.0, 20.0, 25.0, 40.0, 40.0], "label": list("abcdef")}
+    )
+    assert list(pareto_front(points)["label"]) == ["a", "b", "e"]  # c and d cost more than b for less; f ties e
+
+
+def test_accuracy_vs_a_metric_figure_with_its_cis_and_a_note_for_a_run_without_it(field_root: Path, tmp_path) -> None:
+    figure = {"kind": "accuracy_vs_metric", "benchmark": "mlvu", "score": "avg"}
+    figures = [
+        {**figure, "metric": "memory.peak_accelerator_bytes", "scale": "MiB"},
+        {**figure, "metric": "time.ttft_s.median"},
+    ]
+    experiments = tmp_path / "experiments"
+    experiments.mkdir()
+    (experiments / "field.yaml").write_text(yaml.safe_dump({"table": {"tables": [SPEC], "figures": figures}}))
+    report = build_report("field", field_root, tmp_path / "out", experiments_dir=experiments, n_boot=200)
+    for stem in ("accuracy_vs_memory_peak_accelerator_bytes_mlvu_avg", "accuracy_vs_time_ttft_s_median_mlvu_avg"):
+        for ext in ("png", "pdf"):
+            assert (tmp_path / "out" / "figures" / f"{stem}.{ext}").stat().st_size > 1000
+    assert any("swa_fp16: no number memory.peak_accelerator_bytes" in n for n in report.notes)
+
+
+@pytest.mark.parametrize(
+    ("figure", "needle"),
+    [
+        ({"kind": "accuracy_vs_metric", "benchmark": "mlvu", "score": "avg"}, "`metric` (the x axis"),
+        ({"kind": "accuracy_vs_budget", "benchmark": "mlvu", "score": "avg", "metric": "time.seconds"}, "`metric`"),
+        ({"kind": "accuracy_vs_metric", "metric": "time.seconds"}, "needs `benchmark` and `score`"),
+        ({"kind": "pareto", "benchmark": "mlvu", "score": "avg"}, "kind must be one of accuracy_vs_budget"),
+        ({"kind": "accuracy_vs_metric", "benchmark": "mlvu", "score": "avg", "metric": "m", "scale": "h"}, "scale"),
+    ],
+)
+def test_a_bad_figure_is_refused_naming_the_fix(figure: dict, needle: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_experiment({"tables": [SPEC], "figures": [figure]})
+    assert needle in str(err.value)

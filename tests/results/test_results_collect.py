@@ -10,6 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from infinipotv.results import DuplicateQuestionError, collect, load_runs
+from infinipotv.results.collect import load_run
 from infinipotv.results.example import write_example_sweep
 from infinipotv.results.scoring import flatten_scores, score_records
 
@@ -33,6 +34,8 @@ def write_shards(source: Path, dest: Path, n: int, keep: list[int] | None = None
         metrics.update(scores=score_records(config["benchmark"], part), n_questions=len(part), n_expected=len(part))
         ttft = {r["question_id"]: 0.5 + i for r in part}  # as job.py writes them: seconds per question, and a summary
         metrics["time"] = {"seconds": 10.0, "ttft_s": {"mean": 0.5 + i, "n": len(ttft)}, "ttft_s_by_question": ttft}
+        metrics["time"]["encode_seconds"] = 2.0 * (i + 1)  # shard i streams 96 frames a video at 48 / (i + 1) fps
+        metrics["memory"] = {**metrics.get("memory", {}), "peak_cache_bytes": 1000 * (i + 1), "frames": 96}
         (shard / "metrics.json").write_text(json.dumps(metrics))
         shutil.copy(source / "memory.jsonl", shard / "memory.jsonl")
 
@@ -60,6 +63,11 @@ def test_shard_merge_equals_the_unsharded_run(sweep_dir: Path, tmp_path: Path):
     time = merged.metrics["time"]
     assert time["seconds"] == 30.0 and len(time["ttft_s_by_question"]) == time["ttft_s"]["n"] == len(whole.predictions)
     assert time["ttft_s"]["mean"] == pytest.approx(sum(time["ttft_s_by_question"].values()) / time["ttft_s"]["n"])
+    # counts add up, peaks take the largest shard's, and the encode rate comes from the summed counts (never a sum
+    # or a mean of the shards' rates): 3 x 96 frames over 2 + 4 + 6 seconds
+    assert merged.metrics["memory"]["frames"] == 3 * 96 and merged.metrics["memory"]["peak_cache_bytes"] == 3000
+    assert time["encode_seconds"] == 12.0 and time["encode_fps"] == pytest.approx(288 / 12)
+    assert [r.metrics["time"]["encode_fps"] for r in map(load_run, sorted(tmp_path.glob("shard*")))] == [48, 24, 16]
 
 
 def test_duplicate_question_across_shards_is_refused(sweep_dir: Path, tmp_path: Path):
