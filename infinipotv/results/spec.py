@@ -30,6 +30,15 @@ Row keys (``match``, ``by``, ``where``, ``bold``, templates) are the canonical f
 list value matches any of its items. Generated rows take the experiment's own runs unless ``where`` names
 ``experiment`` (e.g. ``where: {experiment: [budget_sweep, int4_vs_fp16]}``); explicit rows take any matching run,
 preferring the experiment's own.
+
+Figures (``figures:`` beside ``tables:``; without it, chosen from the tables' columns)::
+
+    figures:
+      - {kind: accuracy_vs_budget, benchmark: mlvu, score: avg}      # one line per (policy, kv) over |M|, CI bands
+      - {kind: accuracy_vs_metric, benchmark: mlvu, score: avg, metric: memory.peak_accelerator_bytes, scale: MiB}
+                                 # one point per run against a metric (as a metric column's), CI bars, Pareto front
+      - {kind: memory_trace, benchmark: mlvu}                        # KV bytes over frames streamed, per run
+    # each takes `where: {...}` (as rows' `where`) to draw only the runs it matches
 """
 
 from __future__ import annotations
