@@ -517,8 +517,9 @@ def threads_section(data: dict[str, Any], out: Path) -> list[str]:
         f"{data['load_end'][0]:.2f} at the end (a loaded machine slows every setting, and more threads most). "
         f"Command: `{data['command']}`.",
         "",
-        "| threads= | torch threads | wall s (fastest) | wall s (each round) | job s (fastest) | load before each |",
-        "|---|---:|---:|---|---:|---|",
+        "| threads= | torch threads | wall s (fastest) | wall s (each round) | job s (fastest) | load before each "
+        "| accuracy | answers unlike the warm-up's |",
+        "|---|---:|---:|---|---:|---|---:|---|",
     ]
     for name, runs in data["runs"].items():
         best = min(runs, key=lambda r: r["wall_seconds"])
@@ -527,14 +528,18 @@ def threads_section(data: dict[str, Any], out: Path) -> list[str]:
             + ", ".join(f"{r['wall_seconds']:.1f}" for r in runs)
             + f" | {best['job_seconds']:.1f} | "
             + ", ".join(f"{r['load_before'][0]:.2f}" for r in runs)
+            + f" | {best['accuracy']:.1f} | "
+            + ", ".join(str(r["answers_differing"]) for r in runs)
             + " |"
         )
     ratio, bound = data["auto_over_fastest"], data["auto_within"]
     lines += [
         "",
         f"Fastest setting: threads={data['fastest']}; `threads=auto` (what `make run` uses) at {ratio:.2f}x it, "
-        f"within {100 * bound:.0f}%: **{_mark(ratio <= 1 + bound)}**; every run gives the same "
-        f"{data['n_predictions']} predictions: **{_mark(data['same_predictions'])}**.",
+        f"within {100 * bound:.0f}%: **{_mark(ratio <= 1 + bound)}**. Answers are compared with the warm-up run's "
+        f"({data['warm_up_threads']} torch thread(s), {data['n_predictions']} questions): a thread count other "
+        "than the warm-up's may flip a near-tie (fp32 sums in another order), one that equals it gives the same "
+        "answers.",
     ]
     return lines
 

@@ -9,8 +9,10 @@ comparison run converts the weights and generates the videos) and no thread vari
 (``bench.default_run.child_env``), so ``auto`` is what ``make run`` gets. The settings run in alternating order
 each round (a machine that slows down during the bench does not favour one setting), and each setting's figure is
 its fastest round (the run other processes disturbed least; every round is in the JSON). The machine's load average
-is recorded before and after every run: on a shared machine the times compare only within one file. Every run must
-give the same predictions (threads change speed, never a result).
+is recorded before and after every run: on a shared machine the times compare only within one file. Each run's
+answers are compared with the warm-up's, question by question: the thread count changes the order of torch's fp32
+sums, so a near-tie between two tokens may flip (``infinipotv.threads``); the count of answers that differ and each
+run's accuracy say how much.
 """
 
 from __future__ import annotations
@@ -50,13 +52,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         warm = one_run([*base, f"threads={AUTO}"], env, Path(tmp) / "warm")
         print(f"warm-up run: {warm['wall_seconds']:.1f} s", flush=True)
         reference = read_jsonl(Path(tmp) / "warm" / PREDICTIONS)[0]
-        same = True
         for r in range(rounds):
             for name in names if r % 2 == 0 else names[::-1]:
                 run_dir = Path(tmp) / f"{name}-{r}"
                 run = one_run([*base, f"threads={name}"], env, run_dir)
                 run.pop("summary")
-                same &= read_jsonl(run_dir / PREDICTIONS)[0] == reference
+                answers = read_jsonl(run_dir / PREDICTIONS)[0]
+                run["answers_differing"] = len(answers) - sum(a == b for a, b in zip(answers, reference))
                 runs[name].append(run)
                 print(f"threads={name} ({run['torch_threads']}): {run['wall_seconds']:.1f} s", flush=True)
     best = {name: min(r["wall_seconds"] for r in rs) for name, rs in runs.items()}
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "fastest": fastest,
         "auto_over_fastest": best[AUTO] / best[fastest],
         "auto_within": AUTO_WITHIN,
-        "same_predictions": same,
+        "warm_up_threads": warm["torch_threads"],
         "n_predictions": len(reference),
         "load_start": load_start,
         "load_end": os.getloadavg(),

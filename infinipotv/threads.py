@@ -2,13 +2,18 @@
 
 A streaming job runs two kinds of CPU work at once: the model's forward on torch's intra-op threads (OpenMP), and
 the background decoder (PyAV/FFmpeg and the resize to the model's input, :mod:`infinipotv.data.frames`). OpenMP
-workers meet at the end of every parallel region; when one of them shares a core with the decoder or another
-process, each region waits for it, and the forward of a small model is thousands of short regions. On 2 cores the
-default job ran about 3x slower on torch's default (one thread per core) than on one thread (``bench.threads``), so
-``auto`` leaves a core to the decoder: one thread fewer than the cores this process may run on (its CPU affinity:
-a Slurm allocation or ``taskset`` counts, not the machine's total), at least one. ``OMP_NUM_THREADS``, when set,
-is the user's choice and ``auto`` keeps it. The count changes speed only, never a result (the same predictions at
-every count, ``bench.threads`` checks), so a resume may change it (:data:`infinipotv.rundir.NOT_THE_RUN`).
+workers meet at the end of every parallel region; when one of them shares a core with another busy process, each
+region waits for it, and the forward of a small model is thousands of short regions. ``bench.threads`` on the
+default job, 2-core VM: on idle cores one thread per core was the fastest (the decoder costs less than the second
+thread gains); with other jobs keeping the machine busy (load average 5-7) two threads took 5x as long as one.
+``auto`` takes one thread per core this process may run on (its CPU affinity: a Slurm allocation or ``taskset``
+counts, not the machine's total): the fastest on a machine of one's own, and the same count every time the same
+command runs there. It does not follow the machine's load, because the count changes results, not only speed:
+torch's fp32 sums run in another order at another count, and a near-tie between two tokens may flip (2 of the
+default job's 20 answers differed between 1 and 2 threads, the score the same; ``bench.threads`` reports it). On a
+busy shared machine set ``threads=1`` (or ``OMP_NUM_THREADS``, which ``auto`` keeps). A resume may change the count
+(:data:`infinipotv.rundir.NOT_THE_RUN`): it is the user's to choose, and answers already written are kept, so only
+the rest can differ, as they would on another machine.
 """
 
 from __future__ import annotations
@@ -31,17 +36,17 @@ def available_cores() -> int:
 
 
 def resolve(setting: str | int) -> int:
-    """The thread count ``threads=SETTING`` means here: ``auto`` (``OMP_NUM_THREADS`` if set, else one core left to
-    the decoder) or a positive count."""
+    """The thread count ``threads=SETTING`` means here: ``auto`` (``OMP_NUM_THREADS`` if set, else one per core this
+    process may run on) or a positive count."""
     text = str(setting).strip().lower()
     if text == AUTO:
         env = os.environ.get("OMP_NUM_THREADS", "").strip()
         if env.isdigit() and int(env) > 0:
             return int(env)
-        return max(1, available_cores() - 1)
+        return available_cores()
     if text.isdigit() and int(text) > 0:
         return int(text)
-    raise ConfigError(f"threads={setting!r}: give auto (one core left to the frame decoder) or a count such as 1")
+    raise ConfigError(f"threads={setting!r}: give auto (one per core) or a count such as 1 (a busy shared machine)")
 
 
 def use_threads(setting: str | int) -> int:
