@@ -163,7 +163,8 @@ def plot_accuracy_vs_metric(points: pd.DataFrame, benchmark: str, score: str, xl
     return fig
 
 
-def _run_label(run: Run) -> str:
+def run_label(run: Run) -> str:
+    """``policy kv budget`` (the budget as 6K, or ``no budget``): a run's name in a figure."""
     f = run.fields
     budget = _budget_label(f["budget_tokens"]) if f["budget_tokens"] is not None else "no budget"
     return f"{f['policy']} {f['kv']} {budget}"
@@ -190,7 +191,7 @@ def plot_memory_trace(runs: Sequence[Run], video_id: str | None = None) -> Figur
             continue
         steps = trace[trace["video_id"] == video_id].sort_values("step")
         # markers: a run with one step (a short video, one chunk) is a single point, invisible as a bare line
-        ax.plot(steps["frames_seen"], steps["cache_bytes"] / 2**20, marker="o", markersize=3, label=_run_label(run))
+        ax.plot(steps["frames_seen"], steps["cache_bytes"] / 2**20, marker="o", markersize=3, label=run_label(run))
     ax.set_xlabel("frames streamed")
     ax.set_ylabel("KV cache (MiB)")
     ax.set_title(f"video {video_id}", fontsize=9)

@@ -20,6 +20,7 @@ from infinipotv.results.figures import (
     plot_accuracy_vs_budget,
     plot_accuracy_vs_metric,
     plot_memory_trace,
+    run_label,
     save_figure,
 )
 from infinipotv.results.published import load_published
@@ -140,10 +141,7 @@ def _points(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], notes:
     by_id = {r.id: r for r in runs}
     x = {run: metric_value(by_id[run], figure.metric, notes) for run in data["run"]}
     data["x"] = [None if x[run] is None else x[run] * figure.scale for run in data["run"]]
-    data["label"] = [
-        f"{f['policy']} {f['kv']} " + ("all" if f["budget_tokens"] is None else f"{f['budget_tokens']:g}")
-        for f in (by_id[run].fields for run in data["run"])
-    ]
+    data["label"] = [run_label(by_id[run]) for run in data["run"]]
     return data
 
 
