@@ -190,6 +190,22 @@ SCRIPT_ROWS = [
 ]
 
 
+ABLATIONS = ["van", "tar_van", "van_pool", "tar_van_pool"]  # the attribution tables' rows, paired with VaN
+ATTRIBUTION = {
+    "eighth": "attribution",
+    "seed1_eighth": "seed1_attribution",
+    "background_eighth": "background_attribution",
+}
+
+
+def _cells(tables: tuple[str, ...], methods: list[str], kv: str) -> list[tuple[str, str]]:
+    """The (table, method) cells a sweep line fills: its tables' rows, and InfiniPot-V's FP16 ablations again in the
+    attribution table of their stream and seed."""
+    cells = [(t, p) for t in tables for p in methods]
+    attribution = [(ATTRIBUTION[t], p) for t in tables if t in ATTRIBUTION for p in methods if p in ABLATIONS]
+    return cells + (attribution if kv == "fp16" else [])
+
+
 @pytest.mark.parametrize(("command", "rows"), list(zip(SCRIPT, SCRIPT_ROWS)), ids=[" ".join(c) for c in SCRIPT])
 def test_every_sweep_of_the_cpu_study_composes_passes_the_sweep_check_and_fills_its_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], rows: tuple
@@ -201,17 +217,20 @@ def test_every_sweep_of_the_cpu_study_composes_passes_the_sweep_check_and_fills_
     if any(j["benchmark.options.background_rows"] for j in jobs):
         assert {(tuple(j["benchmark.options.grid"]), j["model.max_pixels"]) for j in jobs} == {((4, 4), 64 * 64)}
     tables, methods, kv = rows
-    assert dict(_rows_filled("cpu_peers", jobs)) == {(t, p, kv, "symbolic"): 1 for t in tables for p in methods}
+    assert dict(_rows_filled("cpu_peers", jobs)) == {(t, p, kv, "symbolic"): 1 for t, p in _cells(tables, methods, kv)}
 
 
 def test_the_cpu_study_fills_every_row_of_its_tables_once() -> None:
     """The script's 12 sweeps (38 runs) cover each table's rows once: every method in FP16 (the 1/4 table InfiniPot-V
-    alone), InfiniPot-V in INT4 at equal bytes, the full cache."""
+    alone), InfiniPot-V in INT4 at equal bytes, the full cache; the attribution tables InfiniPot-V's FP16
+    ablations on each stream and seed."""
     assert len(SCRIPT) == len(SCRIPT_ROWS) == 12
     assert sum(len(methods) for _, methods, _ in SCRIPT_ROWS) == 38
-    covered = Counter((t, p, kv) for tables, methods, kv in SCRIPT_ROWS for t in tables for p in methods)
+    covered = Counter((t, p, kv) for tables, methods, kv in SCRIPT_ROWS for t, p in _cells(tables, methods, kv))
     assert set(covered.values()) == {1}
     for table in ("eighth", "quarter", "seed1_eighth", "background_eighth"):
         fp16 = QUARTER if table == "quarter" else ALL
         rows = {(p, "fp16") for p in [*fp16, "full"]} | {("tar_van_pool", "int4")}
         assert {k[1:] for k in covered if k[0] == table} == rows, table
+    for table in ATTRIBUTION.values():
+        assert {k[1:] for k in covered if k[0] == table} == {(p, "fp16") for p in ABLATIONS}, table
