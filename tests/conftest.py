@@ -2,7 +2,9 @@
 
 Under pytest-xdist (``-n``, in pyproject's addopts) each worker gets its share of the cores, for torch here and for
 the processes tests start (OMP_NUM_THREADS), so that workers never oversubscribe the machine. A test file is one
-xdist group (its tests share module fixtures), and every Slurm test is in one group: they share one cluster.
+xdist group, and every Slurm test is in one group: they share one cluster. What a file's tests share is a
+session-scoped fixture, built once per worker: a worker may run another group's tests between them, and a
+module-scoped fixture would then be built again (seen in CI: the Slurm sweep fixture ran twice, 84 s).
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -33,22 +35,37 @@ def _restore_threads():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="session")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[dict[str, Any], Path]]:
+    """``bench.NAME --smoke`` run once per script (what it returned, its output folder): the generic test and a
+    script's own checks read the same run. A bench writes its JSON only; bench.report renders the report."""
+    done: dict[str, tuple[dict[str, Any], Path]] = {}
+
+    def run(name: str) -> tuple[dict[str, Any], Path]:
+        if name not in done:
+            out = tmp_path_factory.mktemp(name)
+            data = importlib.import_module(f"bench.{name}").main(["--smoke", "--threads", "1", "--out", str(out)])
+            assert not (out / "report.md").exists(), f"bench.{name} wrote the report"
+            done[name] = (data, out)
+        return done[name]
+
+    return run
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_bench_script_runs_in_smoke_mode(name: str, tmp_path: Path) -> None:
-    module = importlib.import_module(f"bench.{name}")
-    module.main(["--smoke", "--threads", "1", "--out", str(tmp_path)])
+def test_bench_script_runs_in_smoke_mode(name: str, smoke: Callable) -> None:
+    _, tmp_path = smoke(name)
     result = json.loads((tmp_path / f"{name}.json").read_text())
     assert result["bench"] == name and result["smoke"] is True
-    assert not (tmp_path / "report.md").exists(), "a bench writes its JSON only; bench.report renders the report"
     report = render(tmp_path).read_text()
     assert "Smoke run" in report and "Not run yet" in report  # this section filled, the others pending
     for figure in (line.split("](")[1].rstrip(")") for line in report.splitlines() if line.startswith("![")):
         assert (tmp_path / figure).stat().st_size > 0
 
 
-def test_memory_smoke_checks_the_claims_on_its_data(tmp_path: Path) -> None:
+def test_memory_smoke_checks_the_claims_on_its_data(smoke: Callable) -> None:
     """The flatness and byte-accounting checks are computed from the recorded steps, for every configuration."""
-    data = importlib.import_module("bench.memory").main(["--smoke", "--threads", "1", "--out", str(tmp_path)])
+    data, _ = smoke("memory")
     runs = {(r["policy"], r["quant"]): r for r in data["runs"]}
     assert set(runs) == {(p, q) for p in ("full", "tar_van_pool") for q in ("fp16", "int4")}
     for (policy, _), run in runs.items():
@@ -63,10 +80,10 @@ def test_report_renders_with_no_results(tmp_path: Path) -> None:
     assert text.count("Not run yet") == len(SECTIONS)
 
 
-def test_kivi_throughput_smoke_checks_its_claims_and_errors(tmp_path: Path) -> None:
+def test_kivi_throughput_smoke_checks_its_claims_and_errors(smoke: Callable) -> None:
     """Every implementation is timed beside a copy, every claim is computed from the run, every dequantized tensor
     is within the codec's error bound and equal to ours, and the streaming loop runs each cache."""
-    data = importlib.import_module("bench.kivi_throughput").main(["--smoke", "--threads", "1", "--out", str(tmp_path)])
+    data, _ = smoke("kivi_throughput")
     impls = {r["impl"] for r in data["codec"]}
     assert {"ours", "ours_torch", "reference", "copy"} <= impls
     assert len(data["claims"]) == 2 * 2 * 2 * (3 if "quanto" in impls else 2)  # bits x axes x ops x peers
@@ -78,10 +95,10 @@ def test_kivi_throughput_smoke_checks_its_claims_and_errors(tmp_path: Path) -> N
     assert (("quanto_cache", 4) in caches) == ("quanto" in impls)
 
 
-def test_gpu_table_a4_smoke_checks_the_gpu_claims_and_profiles(tmp_path: Path) -> None:
+def test_gpu_table_a4_smoke_checks_the_gpu_claims_and_profiles(smoke: Callable) -> None:
     """The GPU script, at tiny shapes on the CPU: the issue's three claims computed from its runs and a profile of
     the InfiniPot-V int4 stream, as the device run will write them."""
-    data = importlib.import_module("bench.gpu_table_a4").main(["--smoke", "--threads", "1", "--out", str(tmp_path)])
+    data, tmp_path = smoke("gpu_table_a4")
     assert [c["claim"].split(" ")[0] for c in data["claims"]] == ["passes", "passes", "int4"]
     assert all(isinstance(c["holds"], bool) for c in data["claims"])
     rows = data["profile"]["rows"]

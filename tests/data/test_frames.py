@@ -15,7 +15,7 @@ from infinipotv.data.video import FramePlan, VideoError, write_video
 FPS, N = 10, 45  # a 4.5 s video
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def counting_video(tmp_path_factory):
     """Lossless frames whose pixels carry their own index (frame i is filled with i * 5)."""
     frames = (np.arange(N, dtype=np.uint8) * 5)[:, None, None, None] * np.ones((1, 32, 48, 3), np.uint8)

@@ -29,7 +29,7 @@ def counts(out: str) -> dict[str, int]:
     return {m.group(1).strip(): int(m.group(2)) for m in rows if m}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def toy_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     roots = {}
     for errors in (False, True):

@@ -33,7 +33,7 @@ except RunDirError as err:
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def finished(tmp_path_factory) -> Path:
     """A finished run of the tiny model on the toy Video-MME (its data beside it)."""
     root = tmp_path_factory.mktemp("finished")

@@ -64,7 +64,7 @@ def _write(run_dir: Path, policy: str, kv: str, shard: str | None, part: slice, 
         (run_dir / METRICS).write_text(json.dumps(metrics))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def field_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("field")
     half = 1000  # of MLVU's 2,174 questions
@@ -85,7 +85,7 @@ def field_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs(field_root: Path) -> list:
     return load_runs(field_root)
 

@@ -50,7 +50,7 @@ class ShardedSweep:
     shards: list[Path]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sharded(slurm_cluster, tmp_path_factory, big_data) -> ShardedSweep:
     """One array of four configurations: the whole benchmark and each of its three shards (the whole run is also the
     uninterrupted reference of the resume test)."""

@@ -32,7 +32,7 @@ def test_run_py_answers_and_reports_fidelity_to_the_full_cache(tmp_path):
     assert {"task_type", "format", "mode", "depth"} <= set(metrics["scores"]["breakdown"])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def default_data(tmp_path_factory):
     """One generated copy of the default benchmark for the runs below (generation is part of the first run)."""
     return tmp_path_factory.mktemp("symbolic_default")
