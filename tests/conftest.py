@@ -3,8 +3,8 @@
 Under pytest-xdist (``-n``, in pyproject's addopts) each worker gets its share of the cores, for torch here and for
 the processes tests start (OMP_NUM_THREADS), so that workers never oversubscribe the machine. A test file is one
 xdist group, and every Slurm test is in one group: they share one cluster. What a file's tests share is a
-session-scoped fixture, built once per worker: a worker may run another group's tests between them, and a
-module-scoped fixture would then be built again (seen in CI: the Slurm sweep fixture ran twice, 84 s).
+session-scoped fixture, built once per worker whatever order the worker runs its tests in. (A CI run of b481adf still
+built the Slurm sweep fixture on both workers: the Slurm group was split between them, a cause not found yet.)
 """
 
 from __future__ import annotations
