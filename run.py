@@ -1,7 +1,9 @@
 """Hydra entry point: ``python run.py model=qwen2vl compress=tar_van_pool quant=int4 benchmark=videomme``.
 
 The config is validated before anything is loaded; a config that cannot work fails with one line naming the option
-and a valid value (exit code 2). Each run writes into its own directory (Hydra's), resumable on rerun.
+and a valid value (exit code 2), in seconds: what a run needs beyond the checks (the job, the results code, the
+model classes) is imported once the config has passed. Each run writes into its own directory (Hydra's), resumable
+on rerun.
 """
 
 from __future__ import annotations
@@ -15,11 +17,8 @@ from omegaconf import DictConfig
 
 from infinipotv.config import ConfigError, register_configs
 from infinipotv.factory import as_run_config, validate
-from infinipotv.job import run_job, summary
 from infinipotv.models import MissingWeightsError
 from infinipotv.models.loading import check_weights
-from infinipotv.results.report import read_experiment
-from infinipotv.results.tracking import track_run
 from infinipotv.rundir import RunDirError, check_usable, discard_unused
 from infinipotv.threads import use_threads
 
@@ -33,6 +32,9 @@ def main(dcfg: DictConfig) -> dict:
         check_weights(cfg.model)  # the first thing a missing checkpoint should hear about
         validate(cfg)
         use_threads(cfg.threads)
+        from infinipotv.job import run_job, summary
+        from infinipotv.results.tracking import track_run
+
         run_dir = Path(cfg.run_dir or HydraConfig.get().runtime.output_dir)
         metrics = run_job(cfg, run_dir, finished=track_run)
     except (ConfigError, MissingWeightsError, RunDirError) as err:
@@ -58,6 +60,8 @@ def _check_args(argv: list[str]) -> None:
         if given.get("experiment"):
             path = Path(__file__).parent / "experiments" / f"{given['experiment']}.yaml"
             if path.is_file():  # a missing one is Hydra's own one-line error
+                from infinipotv.results.report import read_experiment
+
                 read_experiment(path)
     except (RunDirError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,9 +1,12 @@
 """Dependencies point one way: no import cycle between the package's rooms, the storage and model layers import
-nothing from the config layer, and benches never import tests (imports read from the source, lazy ones included)."""
+nothing from the config layer, and benches never import tests (imports read from the source, lazy ones included).
+What run.py loads before it checks a config is measured in a fresh interpreter."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -116,3 +119,13 @@ def test_benches_never_import_tests():
         if any(name.split(".")[0] == "tests" for name in _imports(path))
     ]
     assert not offenders, f"bench/ imports tests/: {offenders}"
+
+
+def test_checking_a_config_loads_no_model_code():
+    """run.py refuses a bad config in seconds: before the checks pass it imports neither transformers' modeling code
+    (adapters name their class, imported when a model loads) nor the results code (pandas, matplotlib)."""
+    heavy = ["transformers.modeling_utils", "pandas", "matplotlib"]
+    script = f"import sys, run; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"run.py imports {out.stdout.strip()} before it checks the config"

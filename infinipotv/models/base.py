@@ -10,15 +10,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
 
 from infinipotv.models.settings import ModelSettings
 from infinipotv.registry import Registry
+
+if TYPE_CHECKING:
+    from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass

@@ -15,22 +15,19 @@ from __future__ import annotations
 import copy
 import math
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from transformers import (
-    AddedToken,
-    AutoTokenizer,
-    LlavaOnevisionConfig,
-    LlavaOnevisionForConditionalGeneration,
-    PreTrainedTokenizerFast,
-)
 
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter, resize_normalize
 from infinipotv.models.loading import load_pretrained
 from infinipotv.models.qwen2vl import SYSTEM_PROMPT, tiny_text_config
 from infinipotv.models.settings import ModelError, ModelSettings
 from infinipotv.models.tokenizer import qwen2_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import LlavaOnevisionConfig, PreTrainedTokenizerFast
 
 SIGLIP_MEAN = (0.5, 0.5, 0.5)  # SigLIP's normalisation (the released processor configs), not CLIP's
 SIGLIP_STD = (0.5, 0.5, 0.5)
@@ -42,6 +39,8 @@ REAL_VISION = {"image_size": 384, "patch_size": 14}  # every released OneVision 
 @lru_cache(maxsize=1)
 def llava_tokenizer() -> PreTrainedTokenizerFast:
     """The offline Qwen2 tokenizer plus ``<image>``/``<video>`` (a copy: the shared Qwen2 tokenizer is untouched)."""
+    from transformers import AddedToken
+
     tokenizer = copy.deepcopy(qwen2_tokenizer())
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in VISION_TOKENS], special_tokens=True)
     return tokenizer
@@ -49,6 +48,8 @@ def llava_tokenizer() -> PreTrainedTokenizerFast:
 
 def tiny_llava_ov_config(cfg: ModelSettings) -> LlavaOnevisionConfig:
     """A LLaVA-OneVision small enough for CPU tests; its placeholder ids are the ones :func:`llava_tokenizer` gives."""
+    from transformers import LlavaOnevisionConfig
+
     o, tokenizer = cfg.options, llava_tokenizer()
     image_id, video_id = tokenizer.convert_tokens_to_ids(list(VISION_TOKENS))
     return LlavaOnevisionConfig(
@@ -90,8 +91,7 @@ class LlavaOnevisionAdapter(ModelAdapter):
             )
         model, tokenizer = load_pretrained(
             cfg,
-            LlavaOnevisionForConditionalGeneration,
-            AutoTokenizer.from_pretrained,
+            "LlavaOnevisionForConditionalGeneration",
             tiny_llava_ov_config,
             llava_tokenizer,
         )

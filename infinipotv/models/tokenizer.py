@@ -11,10 +11,12 @@ import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
-
-from transformers import PreTrainedTokenizerFast
+from typing import TYPE_CHECKING
 
 from infinipotv.cachedir import cache_dir
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 # Qwen2's pre-tokenizer: like cl100k but digits split one by one.
 QWEN2_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""  # noqa: E501
@@ -51,6 +53,8 @@ def _ranks_file() -> Path:
 @lru_cache(maxsize=1)
 def qwen2_tokenizer() -> PreTrainedTokenizerFast:
     """Qwen2/Qwen2-VL tokenizer (ids identical to the released one), built once and cached on disk."""
+    from transformers import PreTrainedTokenizerFast
+
     cached = cache_dir() / "qwen2_tokenizer.json"
     if not cached.exists():
         from transformers.convert_slow_tokenizer import TikTokenConverter
