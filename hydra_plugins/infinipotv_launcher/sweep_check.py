@@ -115,7 +115,7 @@ def plan_job(config_loader: Any, master: DictConfig, overrides: Sequence[str], n
     # Imported here: Hydra imports every hydra_plugins module at start-up, and torch should not slow that down.
     from infinipotv.config import ConfigError
     from infinipotv.factory import as_run_config, validate
-    from infinipotv.rundir import config_conflict
+    from infinipotv.rundir import CONFIG, config_conflict
 
     job = PlannedJob(num, list(overrides), None)
     hydra_config = HydraConfig.instance()
@@ -128,7 +128,7 @@ def plan_job(config_loader: Any, master: DictConfig, overrides: Sequence[str], n
         run_cfg = as_run_config(_task_config(sweep_config))
         job.run_dir = _run_dir(sweep_config, run_cfg.run_dir)
         validate(run_cfg)
-        if job.run_dir is not None:
+        if job.run_dir is not None and (job.run_dir / CONFIG).is_file():  # the YAML costs ~0.2 s a job: only to compare
             job.problem = config_conflict(job.run_dir, OmegaConf.to_yaml(OmegaConf.structured(run_cfg)))
         job.problem = job.problem or data_problem(run_cfg)
     except Exception as err:  # anything that fails here fails on the node too: report it, keep checking the rest

@@ -5,6 +5,7 @@ INT4 rows the methods cannot take are refused by the check, as the experiment fi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import shlex
@@ -16,7 +17,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import CompactHydraException
-from omegaconf import OmegaConf
 
 from hydra_plugins.infinipotv_launcher.sweep_check import check_sweep
 from infinipotv import factory
@@ -75,7 +75,7 @@ def _sweep(name: str, command: list[str], sweep_dir: Path, monkeypatch: pytest.M
     assert len(composed) == len(planned) and len({job.run_dir for job in planned}) == len(planned)
     return [
         {
-            **_flatten(OmegaConf.to_container(OmegaConf.structured(cfg))),
+            **_flatten(dataclasses.asdict(cfg)),
             "policy": cfg.compress.name,
             "kv": cfg.quant.name,
             "benchmark": cfg.benchmark.name,
