@@ -61,12 +61,18 @@ def parse(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namesp
     return args
 
 
-def load_model(name: str, **overrides: Any) -> ModelAdapter:
-    """The model of ``conf/model/NAME.yaml`` with ``overrides`` (dotted keys allowed, e.g. ``options.num_layers``)."""
+def model_settings(name: str, **overrides: Any) -> ModelConfig:
+    """The settings of ``conf/model/NAME.yaml`` with ``overrides`` (dotted keys allowed, e.g.
+    ``options.num_layers``)."""
     cfg = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(CONF / "model" / f"{name}.yaml"))
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value, merge=True)
-    model_cfg: ModelConfig = OmegaConf.to_object(cfg)
+    return OmegaConf.to_object(cfg)
+
+
+def load_model(name: str, **overrides: Any) -> ModelAdapter:
+    """The model of ``conf/model/NAME.yaml`` with ``overrides`` (:func:`model_settings`)."""
+    model_cfg = model_settings(name, **overrides)
     return ADAPTERS[model_cfg.family].load(model_cfg)
 
 

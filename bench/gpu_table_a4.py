@@ -9,10 +9,10 @@ It also checks issue 19's claims on its own runs (InfiniPot-V's passes <= 2% of 
 int4; the int4 stream <= 1.3x the bf16 stream) and profiles a shorter InfiniPot-V int4 stream (``torch.profiler``:
 the operators with the most device time), to show where the remaining time goes.
 
-No weights are downloaded: the model is built from the real Qwen2-VL-7B config values below and initialised at
-random directly on the device. Numbers are timings and memory only (random weights answer nothing). Frames are
-252 x 392, so smart resize keeps 9 x 14 = 126 tokens per model frame (the paper's ~130 at max_pixels 128*28*28):
-768 raw frames = 384 model frames = 48,384 vision tokens, the paper's "~50K tokens".
+No weights are downloaded: the model is built from the real Qwen2-VL-7B config values (``bench/shapes.py``) and
+initialised at random directly on the device. Numbers are timings and memory only (random weights answer nothing).
+Frames are 252 x 392, so smart resize keeps 9 x 14 = 126 tokens per model frame (the paper's ~130 at max_pixels
+128*28*28): 768 raw frames = 384 model frames = 48,384 vision tokens, the paper's "~50K tokens".
 """
 
 from __future__ import annotations
@@ -22,54 +22,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
 from bench.common import parse, parser, write_result
+from bench.shapes import QWEN2VL_7B, QWEN2VL_TINY, build_adapter
 from bench.streams import StreamSpec, release, run_stream, warm_up
-from infinipotv.config import ModelConfig
 from infinipotv.models.qwen2vl import Qwen2VLAdapter
-from infinipotv.models.tokenizer import qwen2_tokenizer
 
-# Qwen2-VL-7B-Instruct's config.json (text and vision towers), written out: nothing is fetched.
-QWEN2VL_7B = {
-    "text": dict(
-        vocab_size=152064,
-        hidden_size=3584,
-        intermediate_size=18944,
-        num_hidden_layers=28,
-        num_attention_heads=28,
-        num_key_value_heads=4,
-        hidden_act="silu",
-        max_position_embeddings=32768,
-        rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
-    ),
-    "vision": dict(
-        depth=32,
-        embed_dim=1280,
-        hidden_size=3584,
-        hidden_act="quick_gelu",
-        mlp_ratio=4,
-        num_heads=16,
-        in_channels=3,
-        patch_size=14,
-        spatial_merge_size=2,
-        temporal_patch_size=2,
-    ),
-}
-TINY = {
-    "text": dict(
-        vocab_size=151936,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32768,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 6, 6]},
-    ),
-    "vision": dict(depth=1, embed_dim=32, hidden_size=128, num_heads=2, mlp_ratio=2),
-}
 # (policy, storage, one-shot prefill)
 MODES = (
     ("full", "bf16", True),
@@ -83,16 +41,6 @@ ANSWER_TOKENS = 16
 CLAIM_SHARE = {"bf16": 0.02, "int4": 0.04}
 CLAIM_INT4_OVER_BF16 = 1.3
 PROFILE_ROWS = 15
-
-
-def build_adapter(shape: dict[str, dict[str, Any]], device: torch.device, dtype: torch.dtype) -> Qwen2VLAdapter:
-    """A Qwen2-VL of the given shape, random weights created on ``device`` in ``dtype``, behind the real adapter."""
-    config = Qwen2VLConfig(text_config=shape["text"], vision_config=shape["vision"], tie_word_embeddings=False)
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = Qwen2VLForConditionalGeneration._from_config(config, dtype=dtype, attn_implementation="sdpa")
-    cfg = ModelConfig(family="qwen2vl", dtype=str(dtype).removeprefix("torch."), device=str(device))
-    return Qwen2VLAdapter(cfg, model.eval(), qwen2_tokenizer())
 
 
 def tokens_per_model_frame(adapter: Qwen2VLAdapter, frame_hw: tuple[int, int]) -> int:
@@ -190,13 +138,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = parse(p, argv)
     if args.smoke:
-        device, dtype, shape, frames = torch.device("cpu"), torch.float32, TINY, 48
+        device, dtype, shape, frames = torch.device("cpu"), torch.float32, QWEN2VL_TINY, 48
         args.profile_frames = min(args.profile_frames, 24)
         spec = StreamSpec("qwen2vl (tiny, random)", frame_hw=(56, 84), chunk_frames=2, budget=48)
     else:
         device, dtype, shape, frames = torch.device(args.device), torch.bfloat16, QWEN2VL_7B, args.frames
         spec = StreamSpec("qwen2vl-7b (random bf16)", frame_hw=(252, 392), chunk_frames=16)
-    adapter = build_adapter(shape, device, dtype)
+    adapter = build_adapter("qwen2vl", shape, device, dtype)
     warm_up(adapter, spec, "tar_van_pool", "int4")
     runs = []
     for policy, storage, one_shot in MODES:

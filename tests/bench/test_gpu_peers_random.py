@@ -1,0 +1,54 @@
+"""``bench.gpu_peers --random-weights``: the written-out 7B shapes are the released models' (parameter counts, on the
+meta device: no memory), and the random-weights path runs end to end at tiny shapes on the CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import gpu_peers
+from bench.shapes import SHAPES, build_model
+from infinipotv.models.llava_ov import VISION_TOKENS, llava_tokenizer
+
+# the released checkpoints' parameter counts (their model cards: 8.29B, 8.03B)
+PARAMETERS = {"qwen2vl": 8_291_375_616, "llava_ov": 8_030_807_584}
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """The bench sets torch's thread count (--threads): give the other tests theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("family", sorted(PARAMETERS))
+def test_7b_shapes_have_the_released_parameter_counts(family: str) -> None:
+    model = build_model(family, SHAPES["7b"][family], torch.device("meta"), torch.bfloat16)
+    assert sum(p.numel() for p in model.parameters()) == PARAMETERS[family]
+    assert not model.config.tie_word_embeddings
+    if family == "llava_ov":  # the placeholders are the offline tokenizer's <image>/<video>, as the adapter reads
+        ids = llava_tokenizer().convert_tokens_to_ids(list(VISION_TOKENS))
+        assert [model.config.image_token_id, model.config.video_token_id] == ids
+
+
+def test_random_weights_runs_every_method_on_both_families(tmp_path: Path) -> None:
+    argv = ["--random-weights", "--shape", "tiny", "--device", "cpu", "--frames", "8", "--budget", "800"]
+    data = gpu_peers.main([*argv, "--out", str(tmp_path)])
+    written = json.loads((tmp_path / "gpu_peers.json").read_text())
+    assert written["weights"] == "random" and written["smoke"] is False
+    assert {f: v["tokens_per_model_frame"] for f, v in data["families"].items()} == {"qwen2vl": 112, "llava_ov": 196}
+    runs = {(r["model"], r["method"]): r for r in data["runs"]}
+    assert set(runs) == {(f, m) for f in ("qwen2vl", "llava_ov") for m in gpu_peers.METHODS}
+    assert runs[("llava_ov", "rekv")]["host_pinned"] is False  # a CPU run: plain host tensors
+    assert runs[("llava_ov", "tar_van_pool")]["host_pinned"] is None
+    assert all(r["seconds"] > 0 for r in data["runs"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the default device works")
+def test_random_weights_without_a_gpu_says_so_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no CUDA GPU here; run on a GPU, or pass --device cpu"):
+        gpu_peers.main(["--random-weights", "--out", str(tmp_path)])
