@@ -13,7 +13,7 @@ from bench import gpu_peers
 from bench.shapes import SHAPES, build_model
 from infinipotv.models.llava_ov import VISION_TOKENS, llava_tokenizer
 
-# the released checkpoints' parameter counts (their model cards: 8.29B, 8.03B)
+# the written-out shapes' exact counts; the released checkpoints' model cards give 8.29B and 8.03B
 PARAMETERS = {"qwen2vl": 8_291_375_616, "llava_ov": 8_030_807_584}
 
 
