@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.launch import ROOT
+from tests.launch import run as run_py
+
+__all__ = ["ROOT", "TINY_QWEN2VL", "lines", "run_py"]
 
 # The tiny Qwen2-VL of the in-process tests: random weights, real transformers classes, a few megabytes.
 TINY_QWEN2VL = dict(
@@ -19,14 +19,6 @@ TINY_QWEN2VL = dict(
     max_pixels=112 * 112,
     options={"num_layers": 2, "hidden_size": 128, "num_heads": 4, "num_kv_heads": 2, "seed": 0},
 )
-
-
-def run_py(*overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python run.py OVERRIDES`` from the repository root; output captured."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run(
-        [sys.executable, "run.py", *overrides], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
-    )
 
 
 def lines(path: Path) -> list[dict]:
