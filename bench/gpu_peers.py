@@ -46,6 +46,9 @@ from infinipotv.stream.trace import PeakMemory
 METHODS = ("tar_van_pool", "rekv", "livevlm", "streammem", "streamingvlm", "streamingtom")
 C_RATIO = 0.5
 QUESTION = "What happens in the video? Answer in one sentence."
+# The question is asked this many times on the same memory: time to first token is their median (the first ask of a
+# process also pays one-time costs, e.g. the first retrieval's kernels and pinned-memory copies).
+ASKS = 3
 FRAME_HW = (336, 588)
 MOST_CHUNK_FRAMES = 16
 
@@ -60,7 +63,8 @@ def stream(adapter: ModelAdapter, method: str, frames: np.ndarray, budget: int, 
         session.feed(frames[i : i + chunk], fps=2.0)
     session.finish()
     stream_s = time.perf_counter() - t0
-    answer = session.ask(QUESTION, max_new_tokens=8)
+    answers = [session.ask(QUESTION, max_new_tokens=8) for _ in range(ASKS)]  # a question leaves the memory as it was
+    ttft = [a.ttft_s for a in answers]
     steps = session.trace
     host = session.video.host  # the offloaded stores, one per layer (ReKV, LiveVLM); none for the others
     return {
@@ -69,8 +73,9 @@ def stream(adapter: ModelAdapter, method: str, frames: np.ndarray, budget: int, 
         "chunk_frames": chunk,
         "stream_seconds": stream_s,
         "encode_frames_per_s": len(frames) / max(1e-9, sum(s.encode_seconds for s in steps)),
-        "ttft_s": answer.ttft_s,
-        "accelerator_peak_bytes": max(answer.accelerator_bytes, *(s.accelerator_bytes for s in steps)),
+        "ttft_s": float(np.median(ttft)),
+        "ttft_each_s": ttft,
+        "accelerator_peak_bytes": max(*(a.accelerator_bytes for a in answers), *(s.accelerator_bytes for s in steps)),
         "host_bytes": steps[-1].host_bytes,
         "host_pinned": all(h.pinned for h in host) if host else None,
         "device_peak_bytes": probe.read(),
@@ -177,9 +182,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             runs.append(run)
             gc.collect()
             release(device)
+            each = ", ".join(f"{t:.3f}" for t in run["ttft_each_s"])
             print(
                 f"{family:9s} {method:13s} accelerator {run['accelerator_peak_bytes']:,} B  host "
-                f"{run['host_bytes']:,} B  ttft {run['ttft_s']:.3f} s  {run['seconds']:.1f} s",
+                f"{run['host_bytes']:,} B  ttft {run['ttft_s']:.3f} s ({each})  {run['seconds']:.1f} s",
                 flush=True,
             )
         del adapter
