@@ -30,6 +30,12 @@ def _load(out: Path, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _load_all(out: Path, name: str) -> dict[str, Any] | None:
+    """``out/NAME*.json`` together, in name order (one bench run per model or stream length)."""
+    results = [json.loads(path.read_text()) for path in sorted(out.glob(f"{name}*.json"))]
+    return {"results": results} if results else None
+
+
 def _mark(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
@@ -544,6 +550,63 @@ def threads_section(data: dict[str, Any], out: Path) -> list[str]:
     return lines
 
 
+def gpu_peers_section(data: dict[str, Any], out: Path) -> list[str]:
+    """Every ``gpu_peers*.json`` beside the report (one per model or stream length), one table; the bounded methods'
+    accelerator peaks compared within a run and between stream lengths, computed here from the runs."""
+    results = data["results"]
+    first = results[0]
+    lines = [
+        "## 10. The field's streaming methods on a GPU, at one accelerator budget",
+        _header(first),
+        "",
+        f"`python -m bench.gpu_peers`: {first['weights']} weights"
+        + (" (7B shapes: timings and memory only, no accuracy)" if first["weights"] == "random" else "")
+        + f"; |M| = {first['budget']} tokens, c_ratio {first['c_ratio']}; {first['frame_hw'][0]} x "
+        f"{first['frame_hw'][1]} noise frames at 2 fps. Accelerator: the memory's tensors (stores, retrieval buffers, "
+        "block representatives), peak over the stream and the answer; CUDA above weights: the allocator's peak less "
+        f"the weights; time to first token: the median of {len(first['runs'][0].get('ttft_each_s', [0]))} asks on "
+        "the same memory (each listed; the first of a process pays one-time costs).",
+        "",
+        "| model | frames | method | accelerator MiB | host MiB | pinned | CUDA above weights MiB | TTFT ms (each) "
+        "| encode frames/s | stream s |",
+        "|---|---:|---|---:|---:|---|---:|---|---:|---:|",
+    ]
+    peaks: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for result in results:
+        for run in result["runs"]:
+            weights = result["families"][run["model"]]["weights_bytes"]
+            each = ", ".join(f"{1e3 * t:.0f}" for t in run.get("ttft_each_s", [run["ttft_s"]]))
+            pinned = {True: "yes", False: "no", None: ""}[run.get("host_pinned")]
+            lines.append(
+                f"| {run['model']} | {run['frames']} | {run['method']} | {run['accelerator_peak_bytes'] / 2**20:.1f} | "
+                f"{run['host_bytes'] / 2**20:.1f} | {pinned} | {(run['device_peak_bytes'] - weights) / 2**20:.0f} | "
+                f"{1e3 * run['ttft_s']:.0f} ({each}) | {run['encode_frames_per_s']:.1f} | {run['stream_seconds']:.1f} |"
+            )
+            peaks.setdefault((run["model"], run["method"]), {})[run["frames"]] = run
+    lines.append("")
+    for result in results:
+        for model in result["families"]:
+            bounded = [
+                r["accelerator_peak_bytes"]
+                for r in result["runs"]
+                if r["model"] == model and r["method"] != "streamingtom"
+            ]
+            lines.append(
+                f"- {model}, {result['frames']} frames: the bounded methods' accelerator peaks (all but StreamingTOM, "
+                f"whose OQM grows by design) from {min(bounded) / 2**20:.1f} to {max(bounded) / 2**20:.1f} MiB."
+            )
+    for (model, method), by_frames in peaks.items():
+        if len(by_frames) > 1:
+            short, long = by_frames[min(by_frames)], by_frames[max(by_frames)]
+            host = f"{long['host_bytes'] / short['host_bytes']:.2f}x" if short["host_bytes"] else "none"
+            lines.append(
+                f"- {model} {method}, {short['frames']} -> {long['frames']} frames: accelerator peak "
+                f"{long['accelerator_peak_bytes'] / short['accelerator_peak_bytes']:.2f}x, host {host}, TTFT "
+                f"{1e3 * short['ttft_s']:.0f} -> {1e3 * long['ttft_s']:.0f} ms."
+            )
+    return lines
+
+
 SECTIONS: tuple[tuple[str, str, Section], ...] = (
     ("memory", "python -m bench.memory", memory_section),
     ("overhead", "python -m bench.overhead", overhead_section),
@@ -554,6 +617,7 @@ SECTIONS: tuple[tuple[str, str, Section], ...] = (
     ("host_memory", "python -m bench.host_memory", host_memory_section),
     ("default_run", "python -m bench.default_run", default_run_section),
     ("threads", "python -m bench.threads", threads_section),
+    ("gpu_peers*", "python -m bench.gpu_peers --random-weights (on a GPU: docs/performance.md)", gpu_peers_section),
 )
 
 
@@ -568,8 +632,8 @@ def render(out: Path = RESULTS) -> Path:
         "",
     ]
     for name, command, section in SECTIONS:
-        data = _load(out, name)
-        lines += section(data, out) if data else [f"## {name}", "", f"Not run yet: `{command}`."]
+        data = _load_all(out, name.removesuffix("*")) if name.endswith("*") else _load(out, name)
+        lines += section(data, out) if data else [f"## {name.removesuffix('*')}", "", f"Not run yet: `{command}`."]
         lines.append("")
     path = out / "report.md"
     path.write_text("\n".join(lines))

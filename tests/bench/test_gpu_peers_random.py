@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bench import gpu_peers
+from bench.report import render
 from bench.shapes import SHAPES, build_model
 from infinipotv.models.llava_ov import VISION_TOKENS, llava_tokenizer
 
@@ -45,7 +46,14 @@ def test_random_weights_runs_every_method_on_both_families(tmp_path: Path) -> No
     assert set(runs) == {(f, m) for f in ("qwen2vl", "llava_ov") for m in gpu_peers.METHODS}
     assert runs[("llava_ov", "rekv")]["host_pinned"] is False  # a CPU run: plain host tensors
     assert runs[("llava_ov", "tar_van_pool")]["host_pinned"] is None
-    assert all(r["seconds"] > 0 for r in data["runs"])
+    assert all(r["seconds"] > 0 and len(r["ttft_each_s"]) == gpu_peers.ASKS for r in data["runs"])
+
+    # The report renders every gpu_peers*.json in the folder and compares a model's runs at two stream lengths.
+    (tmp_path / "gpu_peers.json").rename(tmp_path / "gpu_peers_8.json")
+    gpu_peers.main([*argv[:-4], "--families", "qwen2vl", "--frames", "16", "--budget", "800", "--out", str(tmp_path)])
+    section = render(tmp_path).read_text().split("## 10.")[1]
+    assert section.count("| qwen2vl | 8 |") == section.count("| qwen2vl | 16 |") == len(gpu_peers.METHODS)
+    assert "qwen2vl rekv, 8 -> 16 frames: accelerator peak" in section
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the default device works")
