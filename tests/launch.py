@@ -5,8 +5,8 @@ reads its first frame, and the suite launches run.py ~60 times. Here each launch
 test worker that imported those modules once (multiprocessing's forkserver), and then runs run.py as the command
 line does: its own process (a kill kills it), working directory, ``sys.argv``, stdout and stderr, exit code and
 atexit handlers. What a fork cannot reproduce is what a module reads from the environment when it is imported
-(``HF_HOME``, thread counts), so a launch whose environment differs from the server's starts a fresh interpreter.
-Tests about a fresh interpreter itself (what a refusal imports) start their own.
+(``HF_HOME``, thread counts), so a launch given its own variables starts a fresh interpreter. Tests about a fresh
+interpreter itself (what a refusal imports) start their own.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import tempfile
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 from typing import Iterator, Mapping
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,21 +42,11 @@ _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(PRELOAD)
 
 
-def launch_env() -> dict[str, str]:
-    """The environment of a test's run.py launch: the test's own, one thread per run (workers share the cores)."""
-    return {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
-
-
-# The server's environment: the tests' own when the suite starts, before any test changes it. pytest names the
-# running test in PYTEST_CURRENT_TEST, which no module reads at import.
-_SERVER_ENV = launch_env()
-_PER_TEST = {"PYTEST_CURRENT_TEST"}
-
-
-def _forkable(env: Mapping[str, str]) -> bool:
-    return {k: v for k, v in env.items() if k not in _PER_TEST} == {
-        k: v for k, v in _SERVER_ENV.items() if k not in _PER_TEST
-    }
+# What every launch starts from: the tests' environment as the suite began, one thread per run (workers share the
+# cores). Not the test process's environment at the launch: in-process tests and libraries set variables there
+# (wandb's WANDB_SERVICE socket, torch's TORCHINDUCTOR_CACHE_DIR, HF_HUB_OFFLINE once a checkpoint loads) that a
+# run.py started by hand would not have, and that a fork could not honour anyway.
+SUITE_ENV: Mapping[str, str] = MappingProxyType({**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"})
 
 
 def _run_script(argv: list[str], cwd: str, env: dict[str, str], stdout: str, stderr: str) -> None:
@@ -102,19 +93,20 @@ class Launch:
     """A running ``python run.py``, as much of ``subprocess.Popen`` as the tests use: pid, poll, kill, wait; its
     stdout and stderr go to files in ``logs``."""
 
-    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str], logs: Path) -> None:
+    def __init__(self, argv: list[str], cwd: Path, changes: Mapping[str, str | None], logs: Path) -> None:
         logs.mkdir(parents=True, exist_ok=True)
         self.argv = argv
         self._outputs = (logs / "stdout", logs / "stderr")
         self._process: multiprocessing.process.BaseProcess | None = None
         self._fresh: subprocess.Popen | None = None
-        if _forkable(env):
+        env = {k: v for k, v in {**SUITE_ENV, **changes}.items() if v is not None}
+        if not changes:
             self._process = _CONTEXT.Process(
                 target=_run_script, args=(argv, str(cwd), env, *(str(path) for path in self._outputs))
             )
-            with _environ(_SERVER_ENV):  # the first launch starts the server, in this environment
+            with _environ(SUITE_ENV):  # the first launch starts the server, in this environment
                 self._process.start()
-        else:
+        else:  # a module may read a changed variable when it is imported (HF_HOME): a fresh interpreter
             with open(self._outputs[0], "wb") as out, open(self._outputs[1], "wb") as err:
                 self._fresh = subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, stdout=out, stderr=err)
 
@@ -143,16 +135,23 @@ class Launch:
 
 
 def start(
-    *overrides: str, logs: Path, cwd: Path = ROOT, env: dict[str, str] | None = None, script: Path = RUN_PY
+    *overrides: str,
+    logs: Path,
+    cwd: Path = ROOT,
+    env: Mapping[str, str | None] | None = None,
+    script: Path = RUN_PY,
 ) -> Launch:
-    """``python run.py OVERRIDES`` started, not awaited; its output in ``logs``."""
-    return Launch([str(script), *overrides], cwd, env if env is not None else launch_env(), logs)
+    """``python run.py OVERRIDES`` started, not awaited; its output in ``logs``. ``env``: variables set (None: unset)
+    over :data:`SUITE_ENV` for this launch, which then starts a fresh interpreter; without, it forks."""
+    return Launch([str(script), *overrides], cwd, env or {}, logs)
 
 
-def run(*overrides: str, timeout: float = 300, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def run(
+    *overrides: str, timeout: float = 300, cwd: Path = ROOT, env: Mapping[str, str | None] | None = None
+) -> subprocess.CompletedProcess:
     """``python run.py OVERRIDES`` to its end, as ``subprocess.run(..., capture_output=True, text=True)``."""
     with tempfile.TemporaryDirectory(prefix="run_py_") as logs:
-        launch = start(*overrides, logs=Path(logs), cwd=cwd)
+        launch = start(*overrides, logs=Path(logs), cwd=cwd, env=env)
         try:
             code = launch.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -1,5 +1,5 @@
 """The tests' run.py launcher behaves as ``python SCRIPT ARGS`` would: exit codes, output, working directory,
-atexit handlers, kill; and it forks from the preloaded server only where the environment is the server's."""
+atexit handlers, kill; and it forks from the preloaded server unless the launch sets variables of its own."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from pathlib import Path
 atexit.register(lambda: Path("atexit_ran").write_text("yes"))
 print("preloaded", "transformers.models.llama.modeling_llama" in sys.modules)
 print("argv", sys.argv[1:], "cwd", os.getcwd())
+for name in ("WANDB_SERVICE", "HF_HOME", "OMP_NUM_THREADS"):
+    print(name, os.environ.get(name))
 print("to stderr", file=sys.stderr)
 how = sys.argv[1]
 if how == "code":
@@ -63,10 +65,15 @@ def test_exit_codes_output_and_atexit_are_a_scripts(script, tmp_path, how, code)
         assert "ValueError: boom" in stderr
 
 
-def test_a_launch_forks_from_the_preloaded_server_only_in_the_servers_environment(script, tmp_path):
+def test_a_launch_forks_unless_it_sets_variables_and_never_sees_the_test_processs_own(script, tmp_path, monkeypatch):
+    """In-process tests and libraries set variables in the test process (wandb's WANDB_SERVICE): a launch starts
+    from the suite's environment and still forks; variables it is given reach it, through a fresh interpreter."""
+    monkeypatch.setenv("WANDB_SERVICE", "a socket of the test process")
     _, forked, _ = _run(script, "code", "0", cwd=tmp_path)
-    _, fresh, _ = _run(script, "code", "0", cwd=tmp_path, env={**launch.launch_env(), "HF_HOME": str(tmp_path)})
-    assert "preloaded True" in forked and "preloaded False" in fresh
+    _, fresh, _ = _run(script, "code", "0", cwd=tmp_path, env={"HF_HOME": str(tmp_path), "OMP_NUM_THREADS": None})
+    assert "preloaded True" in forked and "WANDB_SERVICE None" in forked
+    assert f"HF_HOME {launch.SUITE_ENV.get('HF_HOME')}" in forked
+    assert "preloaded False" in fresh and f"HF_HOME {tmp_path}" in fresh and "OMP_NUM_THREADS None" in fresh
 
 
 @pytest.mark.parametrize("env", [None, {"FRESH_INTERPRETER": "1"}], ids=["forked", "fresh"])
@@ -75,7 +82,7 @@ def test_kill_and_wait_behave_as_popens(script, tmp_path, env):
         "sleep",
         logs=tmp_path / "logs",
         cwd=tmp_path,
-        env=None if env is None else {**launch.launch_env(), **env},
+        env=env,
         script=script,
     )
     with pytest.raises(subprocess.TimeoutExpired):

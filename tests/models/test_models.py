@@ -141,11 +141,15 @@ def test_llava_ov_refuses_a_prompt_without_its_template():
 
 
 @pytest.mark.parametrize("model", ["qwen2vl", "qwen25vl", "llava_ov"])
-def test_missing_weights_fail_fast_with_the_fix(model, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+def test_missing_weights_fail_fast_with_the_fix(model, tmp_path):
     t0 = time.monotonic()
-    proc = run_py(f"model={model}", f"run_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'h'}", timeout=120)
+    proc = run_py(
+        f"model={model}",
+        f"run_dir={tmp_path / 'run'}",
+        f"hydra.run.dir={tmp_path / 'h'}",
+        timeout=120,
+        env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": None},
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert time.monotonic() - t0 < 60
     assert "not found" in proc.stderr and "huggingface-cli download" in proc.stderr and "Traceback" not in proc.stderr
