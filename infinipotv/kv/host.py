@@ -86,6 +86,12 @@ class HostStore:
             block_keys=None if any(b is None for b in blocks) else _cat(blocks, 0),
         )
 
+    def ids(self) -> torch.Tensor:
+        """``[N]``: the stream ids of everything stored, in order (without concatenating the keys and values)."""
+        if not self._segments:
+            raise RuntimeError("HostStore.ids() on an empty store")
+        return _cat([s.ids for s in self._segments], 0)
+
     def block_keys(self) -> torch.Tensor:
         """``[B, H * D]``: the block rows of every segment, in order (each segment offloaded its own blocks)."""
         rows = [s.block_keys for s in self._segments]

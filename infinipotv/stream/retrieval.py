@@ -167,16 +167,16 @@ class Retrieval(StreamingMethod):
         if self.rule.cache_block_keys:
             rows, ids = host.block_keys(), None
         else:
+            # Scored on the accelerator, as compaction is: one layer's offloaded keys cross at a time (a CPU: no copy).
             everything = host.all()
-            pre_rope = self.adapter.rerotate(
-                everything.keys, everything.positions, torch.zeros_like(everything.positions)
-            )
+            keys, positions = everything.keys.to(queries.device), everything.positions.to(queries.device)
+            pre_rope = self.adapter.rerotate(keys, positions, torch.zeros_like(positions))
             rows, ids = self.rule.block_keys(pre_rope, block), everything.ids
         n_blocks = len(host) // block
         rows = rows[:n_blocks]
         if self.rule.include_window and self.rule.offload_on_arrival and len(store) > video.prefix_len:
             first_window_id = int(store.token_ids()[0, video.prefix_len])
-            ids = host.all().ids if ids is None else ids
+            ids = host.ids() if ids is None else ids
             last_ids = ids[: n_blocks * block].view(n_blocks, block).max(dim=1).values
             n_blocks = int((last_ids < first_window_id).sum())  # blocks are in time order: a prefix of them
             rows = rows[:n_blocks]
