@@ -67,29 +67,20 @@ QWEN2VL_TINY: Shape = {
     "top": dict(tie_word_embeddings=False),
 }
 
-# llava-hf/llava-onevision-qwen2-7b-ov-hf's config.json, written out: Qwen2-7B text, SigLIP so400m-patch14-384 as
-# the checkpoint ships it (26 layers: the last of the 27 is not used, vision_use_head false). Confirmed against
-# transformers 5.24's LlavaOnevisionConfig, whose docstring names this checkpoint: the SigLIP values (hidden 1152,
-# intermediate 4304, 26 layers, 16 heads, patch 14, image 384, no head) and the top-level defaults (gelu projector
-# with bias, vision_feature_layer -1, "full" features, untied embeddings, placeholder ids 151646/151647). The text
-# values are Qwen2-7B's (hidden 3584, intermediate 18944, 28 layers, 28 heads, 4 KV heads, rope_theta 1e6, rms eps
-# 1e-6: found in a public Qwen2-7B-based config.json); vocab_size 152128 and max_position_embeddings 32768 are as
-# the brief gave them from the released config.json (not found in the reference search; 152128 only sizes the
-# embeddings: 0.5% of the parameters). Placeholder ids are the ones the offline tokenizer gives (see _llava_ov).
+# llava-hf/llava-onevision-qwen2-7b-ov-hf's config.json, written out: Qwen2-7B text (Qwen2-VL-7B's text tower with
+# its own vocabulary and 1-D RoPE), SigLIP so400m-patch14-384 as the checkpoint ships it (26 layers: the last of the
+# 27 is not used, vision_use_head false). Confirmed against transformers 5.24's LlavaOnevisionConfig, whose docstring
+# names this checkpoint: the SigLIP values and the top-level defaults (gelu projector with bias,
+# vision_feature_layer -1, "full" features, untied embeddings, placeholder ids 151646/151647); vocab_size 152128 is
+# the released config.json's (with it the model has the model card's 8.03B parameters: tests/bench). Placeholder ids
+# are the ones the offline tokenizer gives (see _llava_ov).
 LLAVA_OV_7B: Shape = {
-    "text": dict(
-        vocab_size=152128,
-        hidden_size=3584,
-        intermediate_size=18944,
-        num_hidden_layers=28,
-        num_attention_heads=28,
-        num_key_value_heads=4,
-        hidden_act="silu",
-        max_position_embeddings=32768,
-        rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-        tie_word_embeddings=False,
-    ),
+    "text": {
+        **QWEN2VL_7B["text"],
+        "vocab_size": 152128,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
+        "tie_word_embeddings": False,
+    },
     "vision": dict(
         hidden_size=1152,
         intermediate_size=4304,
