@@ -130,8 +130,8 @@ class Launch:
 
     def output(self) -> tuple[str, str]:
         """What the run printed so far: (stdout, stderr)."""
-        stdout, stderr = (path.read_text(errors="replace") for path in self._outputs)
-        return stdout, stderr
+        stdout, stderr = (path.read_text(errors="replace") if path.exists() else "" for path in self._outputs)
+        return stdout, stderr  # nothing yet: a child that failed before it ran (its exit code says so)
 
 
 def start(
