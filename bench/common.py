@@ -76,6 +76,12 @@ def load_model(name: str, **overrides: Any) -> ModelAdapter:
     return ADAPTERS[model_cfg.family].load(model_cfg)
 
 
+def tokens_per_model_frame(adapter: ModelAdapter, frame_hw: tuple[int, int]) -> int:
+    """Vision tokens of one model frame of ``frame_hw`` pixels, as the adapter encodes it (one frame, thrown away)."""
+    blank = np.zeros((adapter.frames_per_step, *frame_hw, 3), dtype=np.uint8)
+    return adapter.encode_frames(blank, 0, 2.0, 0).tokens_per_frame
+
+
 def quant_config(name: str, **overrides: Any) -> QuantConfig:
     """The storage of ``conf/quant/NAME.yaml`` with ``overrides``."""
     cfg = OmegaConf.merge(OmegaConf.structured(QuantConfig), OmegaConf.load(CONF / "quant" / f"{name}.yaml"), overrides)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.common import load_model, parse, parser, write_result
+from bench.common import load_model, parse, parser, tokens_per_model_frame, write_result
 from bench.shapes import SHAPES, build_adapter
 from bench.streams import release
 from infinipotv.compress import build, compressed_size
@@ -81,12 +81,6 @@ def stream(adapter: ModelAdapter, method: str, frames: np.ndarray, budget: int, 
         "device_peak_bytes": probe.read(),
         "peak_method": probe.method,
     }
-
-
-def tokens_per_model_frame(adapter: ModelAdapter, frame_hw: tuple[int, int]) -> int:
-    """Vision tokens of one model frame of ``frame_hw`` pixels, as the adapter encodes it (one frame, thrown away)."""
-    blank = np.zeros((adapter.frames_per_step, *frame_hw, 3), dtype=np.uint8)
-    return adapter.encode_frames(blank, 0, 2.0, 0).tokens_per_frame
 
 
 def chunk_frames(adapter: ModelAdapter, per_model_frame: int, budget: int, most: int) -> int:

@@ -20,10 +20,9 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-import numpy as np
 import torch
 
-from bench.common import parse, parser, write_result
+from bench.common import parse, parser, tokens_per_model_frame, write_result
 from bench.shapes import QWEN2VL_7B, QWEN2VL_TINY, build_adapter
 from bench.streams import StreamSpec, release, run_stream, warm_up
 from infinipotv.models.qwen2vl import Qwen2VLAdapter
@@ -41,12 +40,6 @@ ANSWER_TOKENS = 16
 CLAIM_SHARE = {"bf16": 0.02, "int4": 0.04}
 CLAIM_INT4_OVER_BF16 = 1.3
 PROFILE_ROWS = 15
-
-
-def tokens_per_model_frame(adapter: Qwen2VLAdapter, frame_hw: tuple[int, int]) -> int:
-    _, (_, gh, gw) = adapter.preprocess(np.zeros((adapter.frames_per_step, *frame_hw, 3), dtype=np.uint8))
-    merge = adapter.vision_config.spatial_merge_size
-    return (gh // merge) * (gw // merge)
 
 
 def run_mode(adapter: Qwen2VLAdapter, spec: StreamSpec, policy: str, storage: str, n_frames: int) -> dict[str, Any]:
