@@ -564,7 +564,7 @@ def gpu_peers_section(data: dict[str, Any], out: Path) -> list[str]:
         + f"; |M| = {first['budget']} tokens, c_ratio {first['c_ratio']}; {first['frame_hw'][0]} x "
         f"{first['frame_hw'][1]} noise frames at 2 fps. Accelerator: the memory's tensors (stores, retrieval buffers, "
         "block representatives), peak over the stream and the answer; CUDA above weights: the allocator's peak less "
-        f"the weights; time to first token: the median of {len(first['runs'][0].get('ttft_each_s', [0]))} asks on "
+        f"the weights; time to first token: the median of {len(first['runs'][0]['ttft_each_s'])} asks on "
         "the same memory (each listed; the first of a process pays one-time costs).",
         "",
         "| model | frames | method | accelerator MiB | host MiB | pinned | CUDA above weights MiB | TTFT ms (each) "
@@ -575,11 +575,11 @@ def gpu_peers_section(data: dict[str, Any], out: Path) -> list[str]:
     for result in results:
         for run in result["runs"]:
             weights = result["families"][run["model"]]["weights_bytes"]
-            each = ", ".join(f"{1e3 * t:.0f}" for t in run.get("ttft_each_s", [run["ttft_s"]]))
-            pinned = {True: "yes", False: "no", None: ""}[run.get("host_pinned")]
+            each = ", ".join(f"{1e3 * t:.0f}" for t in run["ttft_each_s"])
+            pinned = {True: "yes", False: "no", None: ""}[run["host_pinned"]]
             lines.append(
-                f"| {run['model']} | {run['frames']} | {run['method']} | {run['accelerator_peak_bytes'] / 2**20:.1f} | "
-                f"{run['host_bytes'] / 2**20:.1f} | {pinned} | {(run['device_peak_bytes'] - weights) / 2**20:.0f} | "
+                f"| {run['model']} | {run['frames']} | {run['method']} | {run['accelerator_peak_bytes'] / MIB:.1f} | "
+                f"{run['host_bytes'] / MIB:.1f} | {pinned} | {(run['device_peak_bytes'] - weights) / MIB:.0f} | "
                 f"{1e3 * run['ttft_s']:.0f} ({each}) | {run['encode_frames_per_s']:.1f} | {run['stream_seconds']:.1f} |"
             )
             peaks.setdefault((run["model"], run["method"]), {})[run["frames"]] = run
@@ -593,7 +593,7 @@ def gpu_peers_section(data: dict[str, Any], out: Path) -> list[str]:
             ]
             lines.append(
                 f"- {model}, {result['frames']} frames: the bounded methods' accelerator peaks (all but StreamingTOM, "
-                f"whose OQM grows by design) from {min(bounded) / 2**20:.1f} to {max(bounded) / 2**20:.1f} MiB."
+                f"whose OQM grows by design) from {min(bounded) / MIB:.1f} to {max(bounded) / MIB:.1f} MiB."
             )
     for (model, method), by_frames in peaks.items():
         if len(by_frames) > 1:
