@@ -38,6 +38,10 @@ class Offloaded:
         return found + ([self.block_keys] if self.block_keys is not None else [])
 
 
+# The token axis of each per-token field of :class:`Offloaded`, in its field order.
+TOKEN_DIM = {"keys": 1, "values": 1, "ids": 0, "positions": 1}
+
+
 def _cat(parts: list[torch.Tensor], dim: int) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=dim)
 
@@ -74,23 +78,18 @@ class HostStore:
 
     def all(self) -> Offloaded:
         """Everything stored, in order, where it lives (one segment: no copy; several: one concatenation)."""
-        if not self._segments:
-            raise RuntimeError("HostStore.all() on an empty store")
-        segs = self._segments
-        blocks = [s.block_keys for s in segs]
+        blocks = [s.block_keys for s in self._segments]
         return Offloaded(
-            keys=_cat([s.keys for s in segs], 1),
-            values=_cat([s.values for s in segs], 1),
-            ids=_cat([s.ids for s in segs], 0),
-            positions=_cat([s.positions for s in segs], 1),
+            *(self.stored(name) for name in TOKEN_DIM),
             block_keys=None if any(b is None for b in blocks) else _cat(blocks, 0),
         )
 
-    def ids(self) -> torch.Tensor:
-        """``[N]``: the stream ids of everything stored, in order (without concatenating the keys and values)."""
+    def stored(self, name: str) -> torch.Tensor:
+        """One of ``keys``/``values``/``ids``/``positions`` of everything stored, in order, alone: a question that
+        scores the keys or reads the ids does not concatenate the values too."""
         if not self._segments:
-            raise RuntimeError("HostStore.ids() on an empty store")
-        return _cat([s.ids for s in self._segments], 0)
+            raise RuntimeError(f"HostStore.stored({name!r}) on an empty store")
+        return _cat([getattr(s, name) for s in self._segments], TOKEN_DIM[name])
 
     def block_keys(self) -> torch.Tensor:
         """``[B, H * D]``: the block rows of every segment, in order (each segment offloaded its own blocks)."""
@@ -125,8 +124,8 @@ class HostStore:
             first = self._segments[0]
             parts = [Offloaded(first.keys[:, :0], first.values[:, :0], first.ids[:0], first.positions[:, :0])]
         moved = [
-            _cat([getattr(p, name) for p in parts], 0 if name == "ids" else 1).to(self.device, non_blocking=True)
-            for name in ("keys", "values", "ids", "positions")
+            _cat([getattr(p, name) for p in parts], dim).to(self.device, non_blocking=True)
+            for name, dim in TOKEN_DIM.items()
         ]
         return Offloaded(*moved)
 

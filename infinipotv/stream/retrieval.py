@@ -123,9 +123,8 @@ class Retrieval(StreamingMethod):
     def _compact(self, host: HostStore, queries: torch.Tensor, positions: torch.Tensor, per_frame: int) -> None:
         """Hold the host memory to its capacity: the rule scores it with the chunk's queries, rotated at their
         positions (attention as the forward computed it)."""
-        everything = host.all()
         rotated = self.adapter.rerotate(queries, torch.zeros_like(positions), positions)
-        kept = self.rule.compact(everything.keys.to(rotated.device), rotated, self.capacity, per_frame)
+        kept = self.rule.compact(host.stored("keys").to(rotated.device), rotated, self.capacity, per_frame)
         host.keep(kept)
 
     # -- at a question --------------------------------------------------------------------------------------------
@@ -168,15 +167,14 @@ class Retrieval(StreamingMethod):
             rows, ids = host.block_keys(), None
         else:
             # Scored on the accelerator, as compaction is: one layer's offloaded keys cross at a time (a CPU: no copy).
-            everything = host.all()
-            keys, positions = everything.keys.to(queries.device), everything.positions.to(queries.device)
+            keys, positions = host.stored("keys").to(queries.device), host.stored("positions").to(queries.device)
             pre_rope = self.adapter.rerotate(keys, positions, torch.zeros_like(positions))
-            rows, ids = self.rule.block_keys(pre_rope, block), everything.ids
+            rows, ids = self.rule.block_keys(pre_rope, block), host.stored("ids")
         n_blocks = len(host) // block
         rows = rows[:n_blocks]
         if self.rule.include_window and self.rule.offload_on_arrival and len(store) > video.prefix_len:
             first_window_id = int(store.token_ids()[0, video.prefix_len])
-            ids = host.ids() if ids is None else ids
+            ids = host.stored("ids") if ids is None else ids
             last_ids = ids[: n_blocks * block].view(n_blocks, block).max(dim=1).values
             n_blocks = int((last_ids < first_window_id).sum())  # blocks are in time order: a prefix of them
             rows = rows[:n_blocks]

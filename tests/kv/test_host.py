@@ -27,19 +27,19 @@ def store() -> HostStore:
 def test_segments_read_back_in_stream_order(store):
     everything = store.all()
     assert len(store) == 10 and everything.ids.tolist() == list(range(10))
-    assert torch.equal(store.ids(), everything.ids)
+    assert torch.equal(store.stored("ids"), everything.ids)
     assert torch.equal(everything.keys[0, :, 0], torch.arange(10).float() + 0.5)
     assert torch.equal(everything.positions[1], torch.arange(10) + 100)
 
 
-def test_ids_reads_no_keys_or_values(store, monkeypatch):
+def test_reading_the_ids_concatenates_no_keys_or_values(store, monkeypatch):
     """A question reads the ids of a long stream's store; concatenating its keys and values too cost ReKV time."""
     joined: list[int] = []
     cat = host_module._cat
     monkeypatch.setattr(
         host_module, "_cat", lambda parts, dim: joined.extend(p.dim() for p in parts) or cat(parts, dim)
     )
-    assert store.ids().tolist() == list(range(10))
+    assert store.stored("ids").tolist() == list(range(10))
     assert joined == [1, 1, 1]  # the three segments' ids, nothing else
 
 
@@ -48,10 +48,10 @@ def test_take_and_keep_select_the_same_tokens_across_segments(store):
     got = store.take(index)
     assert got.ids.tolist() == index.tolist() and torch.equal(got.values[0, :, 0], -(index.float() + 0.5))
     store.keep(index)
-    assert store.ids().tolist() == index.tolist() and len(store._segments) == 1
+    assert store.stored("ids").tolist() == index.tolist() and len(store._segments) == 1
     assert torch.equal(store.all().keys, got.keys)
 
 
 def test_an_empty_store_says_so():
     with pytest.raises(RuntimeError, match="empty store"):
-        HostStore(torch.device("cpu")).ids()
+        HostStore(torch.device("cpu")).stored("ids")
