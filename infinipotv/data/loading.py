@@ -139,9 +139,14 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return [r if isinstance(r, dict) else {"_problem": f"row is a {type(r).__name__}, not an object"} for r in rows]
 
 
+def is_null(value: Any) -> bool:
+    """None or NaN (a parquet's empty cell): no value at all, never the text "None"."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def is_blank(value: Any) -> bool:
-    """None, NaN (a parquet's empty cell) or an empty string: a field the row does not really have."""
-    return value is None or (isinstance(value, float) and math.isnan(value)) or str(value).strip() == ""
+    """Null (:func:`is_null`) or an empty string: a field the row does not really have."""
+    return is_null(value) or str(value).strip() == ""
 
 
 def text(row: dict[str, Any], key: str) -> str:
@@ -174,7 +179,7 @@ def options_from_list(raw: list[str]) -> dict[str, str]:
         raise RowError(f"options must be a list of 2-{len(LETTERS)} strings, got {raw!r}")
     options = {}
     for letter, value in zip(LETTERS, raw):
-        if value is None or (isinstance(value, float) and math.isnan(value)):
+        if is_null(value):
             raise RowError(f"option {letter} is null")
         m = _PREFIXED.match(str(value))
         if m and m.group(1) != letter:

@@ -11,19 +11,32 @@ from pathlib import Path
 from typing import Any
 
 from infinipotv.data.base import Question, register
-from infinipotv.data.loading import ANSWER_DIRECTLY, LETTERS, AnnotatedBenchmark, RowError, text
+from infinipotv.data.loading import ANSWER_DIRECTLY, LETTERS, AnnotatedBenchmark, RowError, is_null, text
 from infinipotv.data.parsing import first_capital
 
 MAX_NEW_TOKENS = 32
 
 
 def _options(row: dict[str, Any]) -> list[str]:
-    """The real options: the ``candidates`` list of the released json, or the Hub's option0..option4 minus "N/A"."""
-    raw = row["candidates"] if "candidates" in row else [row[f"option{i}"] for i in range(5) if f"option{i}" in row]
-    options = [str(o) for o in raw if o is not None and str(o) != "N/A"]
-    if not 2 <= len(options) <= 5:
-        raise RowError(f"expected 2-5 options, got {len(options)}")
-    return options
+    """The real options: the ``candidates`` list of the released json, or the Hub's option0..option4 minus the
+    trailing "N/A" (unused) ones, as lmms-eval drops them. A null option, or a used one after an "N/A", is a bad row:
+    dropping it would move every later option up a letter, and ``correct_choice`` (an index) would name another."""
+    if "candidates" in row:
+        if not isinstance(row["candidates"], list):
+            raise RowError(f"candidates must be a list of 2-5 strings, got {row['candidates']!r}")
+        named = [(f"candidates[{i}]", o) for i, o in enumerate(row["candidates"])]
+    else:
+        named = [(f"option{i}", row[f"option{i}"]) for i in range(5) if f"option{i}" in row]
+    for name, option in named:
+        if is_null(option):
+            raise RowError(f"{name} is null")
+    used = [str(o) != "N/A" for _, o in named]
+    n_options = used.index(False) if False in used else len(used)
+    if any(used[n_options:]):
+        raise RowError(f'{named[n_options][0]} is "N/A" but a later option is used: the letters after it would shift')
+    if not 2 <= n_options <= 5:
+        raise RowError(f"expected 2-5 options, got {n_options}")
+    return [str(o) for _, o in named[:n_options]]
 
 
 @register

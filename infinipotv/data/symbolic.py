@@ -34,7 +34,7 @@ import numpy as np
 
 from infinipotv.config import BenchmarkConfig, ConfigError
 from infinipotv.data.base import Question, VideoSample, register
-from infinipotv.data.loading import AnnotatedBenchmark, hms_seconds, options_from_list
+from infinipotv.data.loading import AnnotatedBenchmark, hms_seconds, options_from_list, text
 from infinipotv.data.symbolic_content import (
     COLOURS,
     KINDS,
@@ -421,15 +421,15 @@ class Symbolic(AnnotatedBenchmark):
 
     def row(self, row: dict[str, Any]) -> tuple[str, Path, Question]:
         options = options_from_list(row["options"]) if row["options"] else {}
-        gold = str(row["answer"]).strip()
+        gold = text(row, "answer").strip()
         if options and gold not in options:
             raise ValueError(f"answer {gold!r} is not one of the options {''.join(options)}")
         shown = options and row.get("show_options", False)
         listed = f"Options: {' '.join(f'{k}. {v}' for k, v in options.items())}\n" if shown else ""
-        prompt = f"Question: {row['question']}\n{listed}Answer: {row['answer_prefix']}"
+        prompt = f"Question: {text(row, 'question')}\n{listed}Answer: {row['answer_prefix']}"
         asked = hms_seconds(row["time_stamp"]) if row["time_stamp"] else float(row["duration"])
         question = Question(
-            qid=str(row["question_id"]),
+            qid=text(row, "question_id"),
             prompt=prompt,
             gold=gold if options else normalize(gold),
             options=options,
@@ -438,7 +438,7 @@ class Symbolic(AnnotatedBenchmark):
             max_new_tokens=MAX_NEW_TOKENS,
             stop=FIRST_WORD,
         )
-        return str(row["video_id"]), self.annotations.parent / row["video_path"], question
+        return text(row, "video_id"), self.annotations.parent / row["video_path"], question
 
     def parse(self, output: str, question: Question) -> str | None:
         if question.options:
