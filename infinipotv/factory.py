@@ -121,11 +121,13 @@ def validate(cfg: RunConfig) -> None:
     _check_options(f"model.options (model.family={m.family}, tiny={m.tiny})", m.options, known)
     _check_options(f"benchmark.options (benchmark={b.name})", b.options, BENCHMARKS[b.name].option_keys)
     adapter_cls = ADAPTERS[cfg.model.family]
+    _checked(lambda: adapter_cls.check_frames(cfg.model, build_benchmark(cfg).frame_size()), None, ModelError)
     if cfg.eval.chunk_frames % adapter_cls.frames_per_step:
         raise ConfigError(
             f"eval.chunk_frames={cfg.eval.chunk_frames} must be a multiple of "
             f"{adapter_cls.frames_per_step} for model.family={cfg.model.family}"
         )
+    _checked(lambda: policy.check_chunk(cfg.eval.chunk_frames, adapter_cls.frames_per_step), None)
     if c.budget is not None and policy.evicts:
         check_budget(cfg, policy, c.budget, "compress.budget")
 

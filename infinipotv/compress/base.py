@@ -124,6 +124,10 @@ class Policy:
         if not 1 <= n_keep <= n_tokens:
             raise ValueError(f"n_keep={n_keep} must be in [1, {n_tokens}] (the tokens in the region)")
 
+    def check_chunk(self, chunk_frames: int, frames_per_step: int) -> None:
+        """Fail at startup on a chunk the policy cannot stream: ``chunk_frames`` raw frames (``eval.chunk_frames``),
+        ``frames_per_step`` raw frames to a model frame (Qwen2.5-VL merges 2). Default: any."""
+
     def check_storage(self, quantized: bool, contiguous_positions: bool) -> None:
         """Fail at startup on a storage the policy cannot stream on: ``quantized`` (KIVI codes: ``quant.bits`` < 16),
         on a model whose keys may move to new positions (``contiguous_positions``: 1-D RoPE). Default: any."""

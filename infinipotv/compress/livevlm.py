@@ -86,6 +86,18 @@ class LiveVLM(RetrievalPolicy):
         check_range("page_ratio", self.page_ratio, 0.0, 1.0, low_open=True)
         check_range("sink_ratio", self.sink_ratio, 0.0, 1.0)
 
+    def check_chunk(self, chunk_frames: int, frames_per_step: int) -> None:
+        """The long-term memory is scored with the queries of the chunk just prefilled: ``r_frames`` newest frames
+        must fit in one chunk (more would silently score with the chunk's frames only)."""
+        frames = chunk_frames // frames_per_step
+        if self.r_frames > frames:
+            per_step = f" ({frames_per_step} raw frames each)" if frames_per_step > 1 else ""
+            raise ValueError(
+                f"compress.r_frames={self.r_frames} is more than a chunk's {frames} model frame(s){per_step} of "
+                f"eval.chunk_frames={chunk_frames}, and the scores read the chunk's own queries: use compress.r_frames"
+                f" in 1..{frames}, or eval.chunk_frames={self.r_frames * frames_per_step} (or more)"
+            )
+
     def block_tokens(self, tokens_per_frame: int) -> int:
         return self.page_tokens
 

@@ -48,6 +48,20 @@ class ReKV(RetrievalPolicy):
         if self.block_frames < 1:
             raise ValueError(f"block_frames={self.block_frames} must be >= 1 (e.g. block_frames=1)")
 
+    def check_chunk(self, chunk_frames: int, frames_per_step: int) -> None:
+        """A chunk is offloaded as whole blocks (their representatives are computed as it arrives): its model frames
+        must be a multiple of ``block_frames``."""
+        frames = chunk_frames // frames_per_step
+        if frames % self.block_frames:
+            fits = [d for d in range(1, frames + 1) if frames % d == 0]
+            per_step = f" ({frames_per_step} raw frames each)" if frames_per_step > 1 else ""
+            raise ValueError(
+                f"compress.block_frames={self.block_frames} does not divide a chunk's {frames} model frame(s)"
+                f"{per_step} of eval.chunk_frames={chunk_frames}, and a chunk is offloaded in whole blocks: use "
+                f"compress.block_frames={' or '.join(map(str, fits))}, or eval.chunk_frames="
+                f"{self.block_frames * frames_per_step} (or a multiple)"
+            )
+
     def block_tokens(self, tokens_per_frame: int) -> int:
         return self.block_frames * tokens_per_frame
 

@@ -55,6 +55,11 @@ class Benchmark(ABC):
     streaming: ClassVar[bool] = False
     option_keys: ClassVar[tuple[str, ...]] = ()  # the ``benchmark.options`` it reads; any other key is refused
 
+    def frame_size(self) -> tuple[int, int] | None:
+        """(height, width) of every frame when the config alone fixes it (a generated benchmark), checked against
+        the model before anything streams; None: known once a video is read (released videos differ)."""
+        return None
+
     @abstractmethod
     def samples(self) -> Iterator[VideoSample]:
         """Every video in a fixed order, each with its questions (the job applies the subset selection once, for

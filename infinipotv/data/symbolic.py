@@ -400,6 +400,10 @@ class Symbolic(AnnotatedBenchmark):
         super().__init__(cfg)
         self.knobs = Knobs.from_options(dict(cfg.options))
 
+    def frame_size(self) -> tuple[int, int] | None:
+        """The generator's frames (grid x patch); an existing annotations.json brings its own videos."""
+        return None if self.cfg.annotations else glyphs.frame_size(self.knobs.grid, self.knobs.patch)
+
     @property
     def folder(self) -> Path:
         """Where this seed and these knobs are generated."""

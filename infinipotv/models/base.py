@@ -81,6 +81,12 @@ class ModelAdapter(ABC):
         """Build the adapter: a tiny seeded model or a local checkpoint (never a download)."""
 
     @classmethod
+    def check_frames(cls, cfg: ModelSettings, frame: tuple[int, int] | None) -> None:
+        """Fail at startup (a :class:`ModelError` naming the option) on frame settings the adapter cannot encode
+        with, which would otherwise fail every question alike. ``frame``: the benchmark's (height, width) when the
+        config alone fixes it (a generated benchmark), else None. Default: any."""
+
+    @classmethod
     @abstractmethod
     def max_tokens_per_frame(cls, cfg: ModelSettings) -> int:
         """Most vision tokens one model frame can produce under this config (validates chunk sizes at startup)."""

@@ -16,7 +16,7 @@ import torch
 
 from infinipotv.models.base import ModelAdapter, VisionChunk, register_adapter, resize_normalize
 from infinipotv.models.loading import load_pretrained
-from infinipotv.models.settings import ModelSettings
+from infinipotv.models.settings import ModelError, ModelSettings
 from infinipotv.models.tokenizer import qwen2_tokenizer
 
 if TYPE_CHECKING:
@@ -98,6 +98,22 @@ class Qwen2VLAdapter(ModelAdapter):
         return cls(cfg, model, tokenizer)
 
     tiny_config = staticmethod(tiny_qwen2vl_config)
+
+    @classmethod
+    def check_frames(cls, cfg: ModelSettings, frame: tuple[int, int] | None) -> None:
+        """Smart resize never makes a frame smaller than one 28x28 merged patch (below it, the cap is not held; at 0
+        it divides by zero), and Qwen's processor refuses min_pixels above max_pixels."""
+        least = 28 * 28
+        if cfg.max_pixels < least:
+            raise ModelError(
+                f"model.max_pixels={cfg.max_pixels} must be >= {least} (one 28x28 patch, the smallest frame "
+                f"model.family={cls.family} encodes), e.g. model.max_pixels={128 * least}"
+            )
+        if not 0 <= cfg.min_pixels <= cfg.max_pixels:
+            raise ModelError(
+                f"model.min_pixels={cfg.min_pixels} must lie in [0, model.max_pixels={cfg.max_pixels}]: lower it "
+                f"(Qwen's default: {4 * least}) or raise model.max_pixels"
+            )
 
     @classmethod
     def max_tokens_per_frame(cls, cfg: ModelSettings) -> int:

@@ -167,6 +167,22 @@ class SymbolicAdapter(ModelAdapter):
         return cls(cfg, model, tokenizer)
 
     @classmethod
+    def check_frames(cls, cfg: ModelSettings, frame: tuple[int, int] | None) -> None:
+        """The glyph reader never resizes: a frame must fit in ``max_pixels``, which must hold one glyph."""
+        glyph = patch_size(cfg) ** 2
+        if cfg.max_pixels < glyph:
+            raise ModelError(
+                f"model.max_pixels={cfg.max_pixels} must be >= {glyph} (one glyph of model.options.patch="
+                f"{patch_size(cfg)}), e.g. model.max_pixels=3072 (the symbolic benchmark's 3x4 glyphs)"
+            )
+        if frame is not None and frame[0] * frame[1] > cfg.max_pixels:
+            raise ModelError(
+                f"the benchmark's frames of {frame[0]}x{frame[1]} = {frame[0] * frame[1]} pixels exceed "
+                f"model.max_pixels={cfg.max_pixels}: raise model.max_pixels to {frame[0] * frame[1]}, or make "
+                f"the frames smaller (benchmark.options.patch, benchmark.options.grid)"
+            )
+
+    @classmethod
     def max_tokens_per_frame(cls, cfg: ModelSettings) -> int:
         """One token per glyph: a frame of at most ``max_pixels`` pixels holds ``max_pixels // patch**2``."""
         return max(1, cfg.max_pixels // patch_size(cfg) ** 2)
