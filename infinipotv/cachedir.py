@@ -1,4 +1,4 @@
-"""The harness's cache folder (converted tokenizer and weights, compiled kernels): one place, overridable."""
+"""The harness's cache folder (converted tokenizer and weights): one place, overridable."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Dependencies point one way: no import cycle between the package's rooms, the storage and model layers import
-nothing from the config layer, and benches never import tests (imports read from the source, lazy ones included).
-What run.py loads before it checks a config is measured in a fresh interpreter."""
+"""Dependencies point one way: no import cycle between the package's rooms or between its modules (type-only imports
+included), the storage and model layers import nothing from the config layer, and benches never import tests
+(imports read from the source, lazy ones included). What run.py loads before it checks a config is measured in a
+fresh interpreter."""
 
 from __future__ import annotations
 
@@ -22,18 +23,27 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports (absolute names; ``from a import b`` counts as ``a.b``)."""
-    module, found = _module(path), set()
+def _import_statements(path: Path) -> list[tuple[str, list[str]]]:
+    """Every import statement of ``path`` as (absolute module, names): ``import a`` is ("a", []), ``from a import
+    b, c`` is ("a", ["b", "c"]), relative ones resolved."""
+    module, found = _module(path), []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
+            found += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 package = module.split(".")[: len(module.split(".")) - node.level + (path.name == "__init__.py")]
                 base = ".".join([*package, *([node.module] if node.module else [])])
-            found |= {f"{base}.{alias.name}" for alias in node.names} | {base}
+            found.append((base, [alias.name for alias in node.names]))
+    return found
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports (absolute names; ``from a import b`` counts as ``a.b``)."""
+    found = set()
+    for base, names in _import_statements(path):
+        found |= {f"{base}.{name}" for name in names} | {base}
     return found
 
 
@@ -80,6 +90,25 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_cycle_between_rooms():
     cycle = _cycle(_graph())
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Which of the package's modules each one imports, type-only imports (``if TYPE_CHECKING:``) included:
+    ``from a import b`` is an edge to the module ``a.b`` where there is one, else to ``a``."""
+    modules = {_module(path): path for path in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for base, names in _import_statements(path):
+            targets |= {f"{base}.{n}" if f"{base}.{n}" in modules else base for n in names} if names else {base}
+        graph[name] = {target for target in targets if target in modules and target != name}
+    return graph
+
+
+def test_no_import_cycle_between_modules():
+    """Inside a room too, type-only imports included: a circle drawn only for the type checker is still one."""
+    cycle = _cycle(_module_graph())
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
 
 

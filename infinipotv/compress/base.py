@@ -21,7 +21,6 @@ import torch
 
 from infinipotv.registry import Registry
 
-from . import native
 from .layout import FrameLayout
 
 POLICIES: Registry[type["Policy"]] = Registry("compression policy")
@@ -87,13 +86,8 @@ def compressed_size(budget: int, c_ratio: float) -> int:
 
 
 def top_indices(score: torch.Tensor, n_keep: int) -> torch.Tensor:
-    """The ``n_keep`` highest-scoring token indices per head, ``[H, n_keep]`` (any order): ``torch.topk``'s. On a
-    CPU a kernel (:mod:`.native`) finds them where they are the only such set, several times faster; where scores
-    tie across the n_keep-th place, ``torch.topk`` picks among them, as it always did."""
-    if native.takes_scores(score, n_keep):
-        unique = native.top_set(score, n_keep)
-        if unique is not None:
-            return unique
+    """The ``n_keep`` highest-scoring token indices per head, ``[H, n_keep]`` (any order): ``torch.topk``'s (where
+    scores tie across the n_keep-th place, it picks among them)."""
     return torch.topk(score, n_keep, dim=1, sorted=False).indices
 
 
@@ -199,15 +193,10 @@ def check_on_device(ok: torch.Tensor, message: str) -> None:
 def ascending(kept: torch.Tensor, n_tokens: int, name: str) -> torch.Tensor:
     """``kept`` (distinct indices in ``[0, n_tokens)``, any order) sorted per head, by marking them in ``[H, T]``
     and reading the marks back in order: a few passes over the region instead of a sort (the same result: distinct
-    integers have one ascending order; on a CPU one kernel, :mod:`.native`). An index outside the region, or a
-    repeated one (fewer marks than indices), is the policy's fault."""
+    integers have one ascending order). An index outside the region, or a repeated one (fewer marks than
+    indices), is the policy's fault."""
     outside = f"policy {name!r} returned indices outside [0, {n_tokens})"
     repeated = f"policy {name!r} returned a token twice for some head"
-    if native.takes_indices(kept):
-        out, wrong = native.ascending(kept, n_tokens)
-        if wrong:
-            raise RuntimeError(outside if wrong == "outside" else repeated)
-        return out
     check_on_device(((kept >= 0) & (kept < n_tokens)).all(), outside)
     heads, n_keep = kept.shape
     marks = torch.zeros(heads, n_tokens, dtype=torch.bool, device=kept.device).scatter_(1, kept, True)

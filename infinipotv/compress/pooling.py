@@ -27,7 +27,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import native
 from .layout import FrameCoords
 
 POOLINGS = ("none", "layer_quartile", "layer_quartile_axes", "cv")
@@ -87,9 +86,7 @@ def _kernel(mode: str, size: int, clip: str, n_grid: int, h: int, w: int) -> tup
 
 
 def pool(scores: torch.Tensor, coords: FrameCoords, mode: str, size: int, clip: str = "axes") -> torch.Tensor:
-    """Average-pool ``scores`` ``[H, T]`` over the dense grid of ``coords``; returns ``[H, T]``. On a CPU the
-    averages come from one kernel (:mod:`.native`: PyTorch's sums in its order, the same bits, several times
-    faster on the small grids of a pass)."""
+    """Average-pool ``scores`` ``[H, T]`` over the dense grid of ``coords``; returns ``[H, T]``."""
     if clip not in CLIPS:
         raise ValueError(f"clip={clip!r} is unknown; use one of {', '.join(CLIPS)}")
     if mode == "none":
@@ -104,22 +101,15 @@ def pool(scores: torch.Tensor, coords: FrameCoords, mode: str, size: int, clip: 
         dense = coords.to_grid(scores).view(heads, -1)
     if mode == "1d":
         k = size if clip == "cube" else odd_kernel(size, dense.shape[1])
-        line = dense.view(heads, -1, 1, 1)
-        if native.takes_grid(line, (k, 1, 1)):
-            pooled = native.box_mean(line, (k, 1, 1))
-        else:
-            pooled = F.avg_pool1d(dense[:, None], k, stride=1, padding=k // 2, count_include_pad=True)
+        pooled = F.avg_pool1d(dense[:, None], k, stride=1, padding=k // 2, count_include_pad=True)
     elif mode in ("2d", "3d"):
         kernel = _kernel(mode, size, clip, n_grid, h, w)
         if kernel == (1, 1, 1):
             return scores
         grid = dense.view(heads, n_grid, h, w)
-        if native.takes_grid(grid, kernel):
-            pooled = native.box_mean(grid, kernel)
-        else:
-            pooled = F.avg_pool3d(
-                grid[:, None], kernel, stride=1, padding=tuple(k // 2 for k in kernel), count_include_pad=True
-            )
+        pooled = F.avg_pool3d(
+            grid[:, None], kernel, stride=1, padding=tuple(k // 2 for k in kernel), count_include_pad=True
+        )
     else:
         raise ValueError(f"pooling mode {mode!r} is unknown; use one of {', '.join(m for m, _ in KERNELS)}")
     pooled = pooled.reshape(heads, -1)

@@ -12,7 +12,6 @@ import math
 
 import torch
 
-from . import native
 from .layout import FrameCoords
 
 KEY_EPS = 1e-9  # L2 normalisation of keys before the cosine
@@ -38,19 +37,14 @@ def check_tar_share(n_tar: int, r: int, p: int, alpha: float, r_ratio: float) ->
 
 
 def van_scores(values: torch.Tensor) -> torch.Tensor:
-    """``[H, T, D]`` -> ``[H, T]`` value norms, in fp32 whatever the input's float dtype (on a CPU in one read of
-    each row, :mod:`.native`)."""
-    if native.applies(values):
-        return native.row_norms(values)
+    """``[H, T, D]`` -> ``[H, T]`` value norms, in fp32 whatever the input's float dtype."""
     return values.float().norm(dim=-1)
 
 
 def unit_keys(keys: torch.Tensor) -> torch.Tensor:
     """``F.normalize(keys.float(), dim=-1, eps=KEY_EPS)``, computed as it does (``x / max(||x||, eps)``), in fp32.
-    On a CPU one kernel (:mod:`.native`, the same bits); else half-precision keys are converted once into a copy that
-    is then divided in place (no second [H, T, D] tensor); fp32 keys (the caller's own tensor) get a fresh result."""
-    if native.applies(keys):
-        return native.unit_rows(keys, KEY_EPS)
+    Half-precision keys are converted once into a copy that is then divided in place (no second [H, T, D] tensor);
+    fp32 keys (the caller's own tensor) get a fresh result."""
     k = keys.float()
     denom = k.norm(dim=-1, keepdim=True).clamp_min_(KEY_EPS)
     return k.div_(denom) if k.data_ptr() != keys.data_ptr() else k / denom
@@ -63,8 +57,7 @@ def tar_scores(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bool = 
     The mean cosine over recent frames is one dot product: Khat[t, s] . sum_t' Khat[t', s] / count(s), so no
     [T, r] similarity matrix is ever built. In the pseudo-frames view the recent frames are the last r * p tokens,
     whole frames (:func:`_tar_whole_frames`); in the grid-aware view they are found per token
-    (:func:`_tar_any_frames`). On a CPU the normalisation and dot product of every past token are one kernel
-    (:mod:`.native`, the same bits); only the recent tokens are normalised here.
+    (:func:`_tar_any_frames`).
     """
     if coords.offset is not None:
         return _tar_whole_frames(keys, coords, r, reverse)
@@ -81,14 +74,8 @@ def _tar_whole_frames(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: 
     past = n_tokens - r * p
     if past <= 0:
         return keys.new_full((heads, n_tokens), math.inf, dtype=torch.float32)
-    fused = native.applies(keys)
-    unit = None if fused else unit_keys(keys)
-    recent = unit_keys(keys[:, past:]) if fused else unit[:, past:]  # the kernel normalises the past tokens itself
-    sums = recent.view(heads, r, p, dim).sum(1)
-    if fused:  # the quotient, its sign and the recent frames' +inf in the same kernel, the same bits
-        return native.unit_dot(
-            keys, KEY_EPS, coords.slot, sums, tokens=past, divisor=r, negate=not reverse, rest=math.inf
-        )
+    unit = unit_keys(keys)
+    sums = unit[:, past:].view(heads, r, p, dim).sum(1)
     similarity = _periodic_dot(unit, sums, coords.offset)
     # a one-element tensor, not a Python number: on a GPU a scalar divisor becomes a product by its reciprocal
     score = similarity.div_(similarity.new_full((1,), r))
@@ -107,10 +94,9 @@ def _tar_any_frames(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bo
     ``scatter``/``gather`` would read an expanded index per value."""
     heads, n_tokens, dim = keys.shape
     p, cells = coords.tokens_per_frame, r * coords.tokens_per_frame
-    fused = native.applies(keys)
     suffix = slice(n_tokens - min(n_tokens, cells), n_tokens)
-    unit = unit_keys(keys[:, suffix] if fused else keys)  # the kernel normalises every token itself
-    unit_suffix = unit if fused else unit[:, suffix]
+    unit = unit_keys(keys)
+    unit_suffix = unit[:, suffix]
     recent = coords.recent(r)
     cell = (coords.frame[:, suffix] - (coords.n_grid_frames - r)) * p + coords.slot[:, suffix]
     target = torch.where(recent[:, suffix], cell, cells)  # others: dump row r*p
@@ -121,12 +107,9 @@ def _tar_any_frames(keys: torch.Tensor, coords: FrameCoords, r: int, reverse: bo
     sums = dense.view(heads, cells + 1, dim)[:, :cells].reshape(heads, r, p, dim).sum(1)
     counts = present.view(heads, cells + 1)[:, :cells].reshape(heads, r, p).sum(1)
     slot = coords.slot
-    if fused:
-        similarity = native.unit_dot(keys, KEY_EPS, slot, sums)
-    else:
-        flat_slot = (slot + head_rows * p).reshape(-1)
-        picked = sums.reshape(heads * p, dim).index_select(0, flat_slot).view(heads, n_tokens, dim)
-        similarity = picked.mul_(unit).sum(-1)  # in place: picked is a fresh copy
+    flat_slot = (slot + head_rows * p).reshape(-1)
+    picked = sums.reshape(heads * p, dim).index_select(0, flat_slot).view(heads, n_tokens, dim)
+    similarity = picked.mul_(unit).sum(-1)  # in place: picked is a fresh copy
     mean_cos = similarity / counts.gather(1, slot).clamp(min=1)
     score = mean_cos if reverse else -mean_cos
     return score.masked_fill(recent, math.inf)

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infinipotv.kv import native, ragged_native
 from infinipotv.kv.accounting import Layout, Storage
 from infinipotv.kv.quant import check_bits, dequantize_grouped, quantize, unpack_codes
 from infinipotv.kv.ragged import (
@@ -53,7 +52,7 @@ from infinipotv.kv.ragged import (
 )
 from infinipotv.kv.store import POSITION_DTYPE, KVStore, Rows
 
-KEY_BLOCK_BYTES = 1 << 21  # CPU, PyTorch path: key scale/zero rows gathered per block of tokens of about this size
+KEY_BLOCK_BYTES = 1 << 21  # CPU: key scale/zero rows gathered per block of tokens of about this size
 GROUP_COUNT_DTYPE = torch.int16  # survivors per key group (<= group_size), with the [H] lengths the bookkeeping
 INDEX_ERRORS = {
     "outside": "indices must lie in [0, {tokens}) (positions in the current token order)",
@@ -204,9 +203,6 @@ class KiviStore(KVStore):
 
     def keep(self, indices: torch.Tensor) -> None:
         indices = self._check_indices(indices)
-        if ragged_native.applies(indices.device):
-            self._keep_planned(indices)
-            return
         self._check_order(indices)
         n = indices.shape[1]
         nq, lq = self._nq.device, self._k_codes.shape[1]
@@ -226,24 +222,6 @@ class KiviStore(KVStore):
         self._res_k, self._res_v = select_rows(self._res_k, flat), select_rows(self._res_v, flat)
         self._ids = self._ids.gather(1, indices)
         self._nq = kept_q
-
-    def _keep_planned(self, indices: torch.Tensor) -> None:
-        """:meth:`keep` with its rows from :func:`~infinipotv.kv.ragged_native.keep_plan` (one call, checks
-        included): the same rows moved the same way, so the same tensors, padding included."""
-        plan = ragged_native.keep_plan(indices, len(self), self._nq.device, self._k_count, self._k_codes.shape[1])
-        if isinstance(plan, str):
-            raise ValueError(INDEX_ERRORS[plan].format(tokens=len(self)))
-        if self._k_codes.shape[1]:
-            flat = plan.quantized_rows
-            self._k_codes, self._v_codes = take_rows(self._k_codes, flat), take_rows(self._v_codes, flat)
-            self._v_scale, self._v_zero = take_rows(self._v_scale, flat), take_rows(self._v_zero, flat)
-            self._k_scale = select_rows(self._k_scale, plan.group_rows)
-            self._k_zero = select_rows(self._k_zero, plan.group_rows)
-            self._k_count, self._ng_host = plan.counts, plan.groups
-        self._res_k = select_rows(self._res_k, plan.residual_rows)
-        self._res_v = select_rows(self._res_v, plan.residual_rows)
-        self._ids = self._ids.gather(1, indices)
-        self._nq = HeadLengths.from_device(plan.quantized)
 
     def read(self) -> Rows:
         """Keys and values dequantized straight into their ``[H, T, D]`` outputs (:meth:`_read_into`)."""
@@ -293,13 +271,9 @@ class KiviStore(KVStore):
         """Where :meth:`read` takes and puts rows: ``[H, Lq]`` each quantized token's key scale/zero row in the
         flat rows (:meth:`_token_groups`, then the head's first row; a head's padding tokens, past its nq[h], may
         name a group past its own: any row will do, they are overwritten by the residual window), and each residual
-        token's row in the flattened ``[H * T]`` outputs (head h's go to rows h * T + nq[h] .. (h + 1) * T - 1).
-        On a CPU both come from one call (:mod:`~infinipotv.kv.ragged_native`)."""
+        token's row in the flattened ``[H * T]`` outputs (head h's go to rows h * T + nq[h] .. (h + 1) * T - 1)."""
         h, t = self._ids.shape
         lq = self._k_codes.shape[1]
-        if ragged_native.applies(self._ids.device):
-            groups, residual = self._k_scale.shape[0], self._res_k.shape[0]
-            return ragged_native.read_plan(t, self._nq.device, self._k_count, lq, groups, residual)
         rows = dest = None
         if lq:
             rows = (self._token_groups() + flat_starts(self.n_key_groups).unsqueeze(1)).clamp_(
@@ -312,15 +286,10 @@ class KiviStore(KVStore):
 
     def _dequantize_keys(self, out: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """``q * scale + zero`` of the quantized keys into ``out`` ``[H, Lq, D]``. Key groups hold different numbers
-        of survivors, so each token reads its own scale/zero row, ``rows`` (:meth:`_read_rows`); the CPU kernels of
-        :mod:`~infinipotv.kv.native` read it in place; the PyTorch path gathers them in blocks of tokens of about
-        ``KEY_BLOCK_BYTES`` on a CPU, so no full-size copy of the scales is made (on a GPU, one block: its allocator
-        reuses memory and fewer launches win). The same products and sums."""
+        of survivors, so each token reads its own scale/zero row, ``rows`` (:meth:`_read_rows`), gathered in blocks
+        of tokens of about ``KEY_BLOCK_BYTES`` on a CPU, so no full-size copy of the scales is made (on a GPU, one
+        block: its allocator reuses memory and fewer launches win)."""
         h, lq, d = out.shape
-        if native.applies(out.device, out.dtype, d, self.group_size, "key"):
-            return native.dequantize_key(
-                self._k_codes, self._k_scale, self._k_zero, self.bits, self.group_size, groups=rows, out=out
-            )
         unpack_codes(self._k_codes, self.bits, out.dtype, out)
         step = lq if out.device.type != "cpu" else max(1, KEY_BLOCK_BYTES // (h * d * out.element_size()))
         for start in range(0, lq, step):
@@ -487,8 +456,8 @@ class KiviStore(KVStore):
         self._k_count = counts.gather(1, order).to(GROUP_COUNT_DTYPE)
 
     def _check_indices(self, indices: torch.Tensor) -> torch.Tensor:
-        """The indices as int64 after checking their shape and type (range and order: :meth:`_check_order`, or the
-        row plan itself; a silent mis-gather would corrupt the cache)."""
+        """The indices as int64 after checking their shape and type (range and order: :meth:`_check_order`; a silent
+        mis-gather would corrupt the cache)."""
         if self._ids is None:
             raise RuntimeError("keep() on an empty KiviStore: append tokens first")
         h, t = self._ids.shape

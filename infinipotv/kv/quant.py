@@ -23,10 +23,7 @@ The arithmetic is done in the input dtype with the same operations as optimum-qu
 (``MaxOptimizer``, ``axis_key=-1`` / ``axis_value=0``; rounding before or after the integer clamp is the same), so
 codes, scales and dequantized values are bit-identical to it wherever it applies (token counts a multiple of G).
 
-Two implementations of that arithmetic, the same bits: on a CPU, the fused kernels of :mod:`infinipotv.kv.native`
-(compiled C, one pass over each group's data for its min/max and one for its codes); elsewhere, or where they cannot
-be built, the PyTorch operations below (the GPU path). :func:`quantize`, :func:`dequantize` and
-:func:`dequantize_grouped` choose.
+One implementation of that arithmetic, the PyTorch operations below, on every device.
 """
 
 from __future__ import annotations
@@ -35,8 +32,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-
-from infinipotv.kv import native
 
 BITS = (2, 4, 8)
 Axis = Literal["key", "value"]
@@ -161,9 +156,6 @@ def dequantize_grouped(
     """:func:`dequantize_codes` with ``scale``/``zero`` as stored per group (see :class:`QuantizedTensor`),
     broadcast over their groups instead of expanded to one per element: the same arithmetic, two fewer full-size
     tensors (into ``out`` when given)."""
-    if native.applies(codes.device, scale.dtype, codes.shape[-1] * 8 // bits, group_size, axis):
-        run = native.dequantize_key if axis == "key" else native.dequantize_value
-        return run(codes, scale, zero, bits, group_size, out=out)
     q = unpack_codes(codes, bits, scale.dtype, out)
     *lead, t, d = q.shape
     if axis == "key":
@@ -208,8 +200,6 @@ def _check_input(x: torch.Tensor, bits: int, group_size: int, axis: str) -> None
 def quantize(x: torch.Tensor, bits: int, group_size: int, axis: Axis) -> QuantizedTensor:
     """Quantize ``x`` ``[..., T, D]`` to ``bits`` with KIVI's grouping for ``axis`` ("key" or "value")."""
     _check_input(x, bits, group_size, axis)
-    if native.applies(x.device, x.dtype, x.shape[-1], group_size, axis):
-        return QuantizedTensor(*native.quantize(x, bits, group_size, axis), bits, group_size, axis)
     *lead, t, d = x.shape
     if axis == "key":
         grouped = x.reshape(*lead, t // group_size, group_size, d)

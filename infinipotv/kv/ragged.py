@@ -22,8 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infinipotv.kv import ragged_native
-
 LENGTH_DTYPE = torch.long  # per-head lengths on the device
 
 
@@ -73,12 +71,7 @@ _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def select_rows(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``rows.index_select(0, index)``, bit for bit: on a CPU, rows of 128 bytes or more (a multiple of 16) by one
-    kernel that writes around the caches (:mod:`.ragged_native`), rows of 1-8 bytes as one integer each."""
-    if ragged_native.takes_rows(rows, index):
-        out = ragged_native.select_rows(rows, index)
-        if out is not None:
-            return out
+    """``rows.index_select(0, index)``, bit for bit: rows of 1-8 bytes as one integer each."""
     row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
     if rows.dim() > 1 and row_bytes in _WORDS and rows.is_contiguous():
         words = rows.view(_WORDS[row_bytes]).reshape(-1).index_select(0, index)

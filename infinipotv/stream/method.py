@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,9 +35,7 @@ from infinipotv.models.base import ModelAdapter, VisionChunk
 from infinipotv.registry import Registry
 from infinipotv.stream.schedule import ByteCap, Schedule
 from infinipotv.stream.trace import PassClock
-
-if TYPE_CHECKING:
-    from infinipotv.stream.session import VideoState
+from infinipotv.stream.video_state import VideoState
 
 
 @dataclass

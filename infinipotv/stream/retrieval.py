@@ -29,7 +29,7 @@ from infinipotv.stream.schedule import ByteCap, Schedule
 from infinipotv.stream.trace import PassClock
 
 if TYPE_CHECKING:
-    from infinipotv.stream.session import VideoState
+    from infinipotv.stream.video_state import VideoState
 
 WINDOW_POSITIONS = "window_positions"  # VideoState.state key: [R, T] positions of the window's tokens
 

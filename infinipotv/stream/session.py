@@ -1,24 +1,25 @@
 """The streaming session: frames in, the memory shaped by a streaming method, questions answered on it.
 
 One session streams one video at a time: :meth:`StreamingSession.start` makes the video's whole state
-(:class:`VideoState`: its cache, host stores, counts and trace). ``feed`` encodes a chunk of frames and prefills it
-into the cache with causal positions; then the streaming method (:mod:`infinipotv.stream.method`) shapes the
-memory: for a policy, when the video part of the cache holds |M| (``budget``) tokens or more, every layer is
-compressed to |C| = c_ratio * |M| tokens per KV head, after the chunk's forward (when a pass is due, and how a
-budget in bytes is held, is the :class:`Schedule`'s); a retrieval method keeps a window and offloads the rest
-(:mod:`infinipotv.stream.retrieval`). Each step's record is :mod:`infinipotv.stream.trace`'s. ``ask`` answers on
-the view of the memory the method gives the question (all of it, or retrieved blocks) in the cache's transient
-mode, so the question and answer are gone afterwards and the memory never depends on a question. A streaming
-question asked between two chunk boundaries also sees the frames since the last boundary: ``ask(frames=...)``
-prefills them transiently with the question, at the positions they will have when their chunk is fed (after a
-view, right after it), so chunk boundaries (and so every compression pass) depend on the video alone.
+(:class:`VideoState`, :mod:`infinipotv.stream.video_state`: its cache, host stores, counts and trace). ``feed`` encodes
+a chunk of frames and prefills it into the cache with causal positions; then the streaming method
+(:mod:`infinipotv.stream.method`) shapes the memory: for a policy, when the video part of the cache holds |M|
+(``budget``) tokens or more, every layer is compressed to |C| = c_ratio * |M| tokens per KV head, after the chunk's
+forward (when a pass is due, and how a budget in bytes is held, is the :class:`Schedule`'s); a retrieval method keeps a
+window and offloads the rest (:mod:`infinipotv.stream.retrieval`). Each step's record is
+:mod:`infinipotv.stream.trace`'s. ``ask`` answers on the view of the memory the method gives the question (all of it, or
+retrieved blocks) in the cache's transient mode, so the question and answer are gone afterwards and the memory never
+depends on a question. A streaming question asked between two chunk boundaries also sees the frames since the last
+boundary: ``ask(frames=...)`` prefills them transiently with the question, at the positions they will have when their
+chunk is fed (after a view, right after it), so chunk boundaries (and so every compression pass) depend on the video
+alone.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -26,12 +27,12 @@ import torch
 
 from infinipotv.compress import Policy
 from infinipotv.kv.cache import StreamCache
-from infinipotv.kv.host import HostStore
 from infinipotv.kv.store import FullPrecisionStore, KVStore
 from infinipotv.models.base import ModelAdapter, VisionChunk
 from infinipotv.stream.method import StreamingMethod, View, build_method
 from infinipotv.stream.schedule import ByteCap
 from infinipotv.stream.trace import PassClock, PeakMemory, TraceStep, sync
+from infinipotv.stream.video_state import VideoState
 
 TEXT_ID = -1  # stream id of a text token in the stores (vision tokens: their index in the video)
 
@@ -44,32 +45,6 @@ class Answer:
     reference: "Answer | None" = None  # the same question answered from the uncompressed cache, when enabled
     ttft_s: float = 0.0  # from the question to its first token's logits, retrieval included
     accelerator_bytes: int = 0  # the cache's stores, the method's accelerator state and the view's buffers
-
-
-@dataclass
-class VideoState:
-    """Everything one video's stream holds, made whole by :meth:`StreamingSession.start`."""
-
-    video_id: str
-    cache: StreamCache
-    ref_cache: StreamCache | None  # the uncompressed cache answering the reference questions, when enabled
-    prefix_len: int  # system-prefix tokens, never evicted
-    video_start: int  # the position of the first video token (right after the prefix)
-    next_position: int  # the position the next text token (a question) takes
-    frames_seen: int = 0  # raw frames fed (encoded or pending)
-    frames_encoded: int = 0
-    vision_tokens: int = 0  # vision tokens ever prefilled (their stream ids are 0..vision_tokens-1)
-    grid: tuple[int, int] | None = None  # tokens per model frame (rows, columns), fixed by the first chunk
-    pending: np.ndarray | None = None  # raw frames waiting to fill a whole model frame (Qwen merges 2)
-    fps: float = 1.0  # the frame rate of the last frames fed
-    trace: list[TraceStep] = field(default_factory=list)
-    host: list[HostStore] = field(default_factory=list)  # offloaded tokens, one store per layer (H2), if any
-    state: dict = field(default_factory=dict)  # the streaming method's own per-video state
-
-    @property
-    def video_tokens(self) -> int:
-        """Vision tokens per layer per KV head now in the cache."""
-        return self.cache.committed_length() - self.prefix_len
 
 
 class StreamingSession:

@@ -24,7 +24,7 @@ from infinipotv.stream.schedule import ByteCap
 from infinipotv.stream.trace import PassClock
 
 if TYPE_CHECKING:
-    from infinipotv.stream.session import VideoState
+    from infinipotv.stream.video_state import VideoState
 
 
 @streaming_method("streamingtom")

@@ -26,7 +26,7 @@ from infinipotv.stream.schedule import ByteCap, Schedule
 from infinipotv.stream.trace import PassClock
 
 if TYPE_CHECKING:
-    from infinipotv.stream.session import VideoState
+    from infinipotv.stream.video_state import VideoState
 
 
 @streaming_method("streammem")

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import infinipotv.kv.kivi as kivi
-from infinipotv.kv import native
 from infinipotv.kv.kivi import KiviStore
 from infinipotv.kv.quant import BITS, unpack_codes
 from infinipotv.kv.store import FullPrecisionStore
@@ -115,14 +114,8 @@ def _plain_dequantized(store: KiviStore) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 @pytest.mark.parametrize("bits", BITS)
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "torch_path"])
-def test_dequantized_in_place_equals_the_plain_computation(
-    bits: int, dtype: torch.dtype, seed: int, kernels: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """read() writes codes and residual straight into its outputs (with the compiled kernels; on the
-    PyTorch path, key scales in blocks on the CPU)."""
-    if not kernels:
-        monkeypatch.setattr(native, "library", lambda: None)
+def test_dequantized_in_place_equals_the_plain_computation(bits: int, dtype: torch.dtype, seed: int) -> None:
+    """read() writes codes and residual straight into its outputs (key scales in blocks on the CPU)."""
     ragged, even = _ragged_kivi(bits, dtype, seed), _even_kivi(bits, dtype, seed)
     assert len(set(ragged.n_quantized.tolist())) > 1  # the heads really are ragged (groups found by binary search)
     thinned = any(bool((even.head(h).key_counts < 8).any()) for h in range(3))
