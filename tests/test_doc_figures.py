@@ -1,5 +1,6 @@
-"""The README's timings of the default run are the ones results/perf's JSON holds (written by ``bench.default_run``
-and ``bench.threads``), with their commit: a re-measured file and the README cannot drift apart unnoticed."""
+"""The README's timings of the default run and docs/peers.md's memory figures are the ones results/perf's JSON holds
+(written by ``bench.default_run``, ``bench.threads``, ``bench.peers_memory``): a re-measured file and the text cannot
+drift apart unnoticed."""
 
 from __future__ import annotations
 
@@ -25,3 +26,11 @@ def test_thread_counts() -> None:
     quoted = f"at commit {data['environment']['git_sha'][:7]} (clean), with warm caches (the second and later runs): "
     quoted += f"{best['auto']} with `threads=auto` (two threads there), {best['2']} at two threads, {best['1']} at one"
     assert quoted in README
+
+
+def test_peers_memory_in_mib() -> None:
+    """docs/peers.md quotes StreamingTOM's peaks in the unit ``bench.peers_memory`` prints (MiB), from its JSON."""
+    rows = json.loads((PERF / "peers_memory.json").read_text())["methods"]["streamingtom"]
+    first, last = (f"{row['peak'] / 2**20:.2f} MiB at {row['frames']}" for row in (rows[0], rows[-1]))
+    peers = " ".join((ROOT / "docs" / "peers.md").read_text().split())
+    assert f"is {first} frames and {last}" in peers
