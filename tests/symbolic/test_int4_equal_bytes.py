@@ -30,4 +30,4 @@ def test_readme_names_the_setting() -> None:
     readme = " ".join((ROOT / "README.md").read_text().split())
     claim = readme.split("At equal bytes INT4 holds 330 tokens instead of 144", 1)[1].split("- **", 1)[0]
     assert "compress.budget_mib=3.3921" in claim and "quant.residual_length=32" in claim
-    assert "residual of 128 tokens" in claim and "hold 144 tokens" in claim
+    assert "residual of 128 tokens" in claim and "they hold 144 tokens, as in FP16" in claim
