@@ -1,4 +1,5 @@
 # Two commands for a fresh machine: `make run` (install + the embedded default job) and `make test`.
+# ARGS passes run.py's overrides and pytest's arguments: `make run ARGS="threads=1"`, `make test ARGS='-m "not slow"'`.
 # `make install-lmms`: the lmms-eval 0.7.3 plugin's own environment, .venv-lmms (docs/lmms_eval.md).
 PYTHON ?= python3
 VENV ?= .venv
@@ -43,13 +44,13 @@ $(LMMS_VENV)/.installed: pyproject.toml constraints-lmms.txt
 	touch $@
 
 run: install
-	$(PY) run.py
+	$(PY) run.py $(ARGS)
 
 # The style gate first (ruff: lint + format, configured in pyproject.toml), then the suite.
 test: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest
+	$(PY) -m pytest $(ARGS)
 
 # The hostile-input probes (tests/hostile, docs/runs.md "Hostile inputs") and the run guarantees they stand beside:
 # one OK/FAIL line per probe, then "probes: N passed, N failed".

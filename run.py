@@ -6,7 +6,12 @@ model classes) is imported once the config has passed. Each run writes into its 
 on rerun.
 """
 
+# ruff: noqa: E402  (the OpenMP wait policy is set before the imports below load torch)
 from __future__ import annotations
+
+from infinipotv.threads import set_wait_default
+
+set_wait_default()  # libgomp reads it once, when torch loads it (infinipotv.threads)
 
 import sys
 from pathlib import Path

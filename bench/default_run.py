@@ -7,16 +7,17 @@
 Both runs are real processes (``run.py`` as a newcomer types it) with their own cache and data folders
 (``INFINIPOTV_CACHE``, ``INFINIPOTV_DATA``) in a fresh temporary directory: the first run converts the GGUF weights
 and generates the symbolic videos, the second finds both cached. They run with the thread count a newcomer gets
-(``threads=auto``: this process's ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are not passed on; ``--threads`` sets
-only this process's own). The machine's load average is recorded before and after each run (on a shared machine
-the times are only comparable within one file). The two runs' predictions must be identical, and identical to
-``--reference`` when given.
+(``threads=auto``: this process's ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are not passed on, nor its OpenMP wait
+policy, so run.py sets its own; ``--threads`` sets only this process's own). The machine's load average is recorded
+before and after each run (on a shared machine the times are only comparable within one file), and each run's CPU
+seconds. The two runs' predictions must be identical, and identical to ``--reference`` when given.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ import torch
 
 from bench.common import ROOT, parse, parser, write_result
 from infinipotv.rundir import PREDICTIONS, read_jsonl
+from infinipotv.threads import WAIT_VARIABLES
 
 SMOKE_OVERRIDES = [
     "model=tiny_qwen2vl",
@@ -37,7 +39,7 @@ SMOKE_OVERRIDES = [
     "benchmark.options.frames=48",
 ]
 TARGET_SECONDS = 90.0  # the issue's bound for the first run on 2 idle cores
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *WAIT_VARIABLES)
 
 
 def child_env(tmp: str, smoke: bool) -> dict[str, str]:
@@ -52,11 +54,13 @@ def child_env(tmp: str, smoke: bool) -> dict[str, str]:
 
 def one_run(overrides: list[str], env: dict[str, str], run_dir: Path) -> dict[str, Any]:
     load_before = os.getloadavg()
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "run.py", *overrides, f"run_dir={run_dir}"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     wall = time.perf_counter() - t0
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)  # the children waited for since: this run alone
     if done.returncode:
         raise RuntimeError(f"run.py failed:\n{done.stderr[-3000:]}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -65,6 +69,7 @@ def one_run(overrides: list[str], env: dict[str, str], run_dir: Path) -> dict[st
     return {
         "wall_seconds": wall,
         "job_seconds": metrics["time"]["seconds"],
+        "cpu_seconds": cpu.ru_utime + cpu.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime,
         "torch_threads": json.loads((run_dir / "provenance.json").read_text()).get("cpu_threads"),
         "accuracy": metrics["scores"]["overall"],
         "load_before": load_before,

@@ -135,7 +135,7 @@ class BenchmarkConfig:
     annotations: Optional[str] = None  # annotation file (parquet/json/csv as released); default under root
     part: Optional[str] = None  # benchmark-specific part, e.g. StreamingBench real_time | omni | contextual
     parser: Parser = Parser.faithful
-    limit: Optional[int] = None  # first N questions
+    limit: Optional[int] = None  # the first N questions in the benchmark's order, over its videos (after ids, fraction)
     fraction: Optional[float] = None  # a seeded random fraction of the videos
     ids: Optional[list[str]] = None  # explicit question ids
     seed: int = 0

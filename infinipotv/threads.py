@@ -14,17 +14,43 @@ default job's 20 answers differed between 1 and 2 threads, the score the same; `
 busy shared machine set ``threads=1`` (or ``OMP_NUM_THREADS``, which ``auto`` keeps). A resume may change the count
 (:data:`infinipotv.rundir.NOT_THE_RUN`): it is the user's to choose, and answers already written are kept, so only
 the rest can differ, as they would on another machine.
+
+How the workers wait is the other half. libgomp (the OpenMP runtime of torch's Linux builds) lets a worker spin
+300,000 times at the end of a region before it sleeps; on a core another process holds, every region then waits
+for a spinner to be scheduled. The default INT4 run on a 2-core VM (2026-12-05, median of 3 alternating pairs):
+idle, 25.4-26.0 s with libgomp's default, 27.0 s with ``GOMP_SPINCOUNT=10000`` (1.06x, range 0.89-1.19), 33.1 s
+with ``OMP_WAIT_POLICY=PASSIVE`` (1.29x); beside one busy process 329.8 s, 63.8-66.5 s and 42.7 s. A short spin
+keeps most of the idle speed and removes most of the cliff, so it is the default: :func:`set_wait_default` sets
+``GOMP_SPINCOUNT=10000`` where the user has set neither variable (a user's choice is kept, whichever). libgomp reads
+them once, when torch loads it: run.py calls it before anything imports torch, a Slurm job runs
+:data:`WAIT_SETUP` before Python starts, and ``python -m bench.threads --wait`` measures the three side by side.
+This module imports torch only inside :func:`use_threads`, so that it can be imported first.
 """
 
 from __future__ import annotations
 
 import os
-
-import torch
+from collections.abc import Mapping
 
 from infinipotv.config import ConfigError
 
 AUTO = "auto"
+WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")  # how OpenMP workers wait: the user's choice when either is set
+SPIN_COUNT = "10000"  # our default GOMP_SPINCOUNT (libgomp's own: 300000; 0 under OMP_WAIT_POLICY=PASSIVE)
+# The same rule as a shell line, for a Slurm job's sbatch script (its environment is the submitter's or the site's).
+WAIT_SETUP = f'[ -n "${{OMP_WAIT_POLICY+x}}${{GOMP_SPINCOUNT+x}}" ] || export GOMP_SPINCOUNT={SPIN_COUNT}'
+
+
+def wait_default(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables to add to ``env`` for our OpenMP wait policy: ``GOMP_SPINCOUNT`` unless ``env`` already says
+    how workers wait (either of :data:`WAIT_VARIABLES`, any value)."""
+    return {} if any(name in env for name in WAIT_VARIABLES) else {"GOMP_SPINCOUNT": SPIN_COUNT}
+
+
+def set_wait_default() -> None:
+    """Apply :func:`wait_default` to this process's environment (and so its children's). Only a torch imported
+    after it follows it: call it before the first ``import torch``."""
+    os.environ.update(wait_default(os.environ))
 
 
 def available_cores() -> int:
@@ -51,6 +77,8 @@ def resolve(setting: str | int) -> int:
 
 def use_threads(setting: str | int) -> int:
     """Set torch's intra-op threads for this process to ``resolve(setting)``; returns the count."""
+    import torch
+
     n = resolve(setting)
     torch.set_num_threads(n)
     return n

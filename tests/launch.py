@@ -5,7 +5,9 @@ reads its first frame, and the suite launches run.py ~60 times. Here each launch
 test worker that imported those modules once (multiprocessing's forkserver), and then runs run.py as the command
 line does: its own process (a kill kills it), working directory, ``sys.argv``, stdout and stderr, exit code and
 atexit handlers. What a fork cannot reproduce is what a module reads from the environment when it is imported
-(``HF_HOME``, thread counts), so a launch given its own variables starts a fresh interpreter. Tests about a fresh
+(``HF_HOME``, thread counts, the OpenMP wait policy libgomp reads when torch loads it: the server starts in
+:data:`SUITE_ENV`, which holds run.py's default for it), so a launch given its own variables starts a fresh
+interpreter. Tests about a fresh
 interpreter itself (what a refusal imports) start their own.
 """
 
@@ -23,6 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
 from typing import Iterator, Mapping
+
+from infinipotv.threads import wait_default
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_PY = ROOT / "run.py"
@@ -45,8 +49,11 @@ _CONTEXT.set_forkserver_preload(PRELOAD)
 # What every launch starts from: the tests' environment as the suite began, one thread per run (workers share the
 # cores). Not the test process's environment at the launch: in-process tests and libraries set variables there
 # (wandb's WANDB_SERVICE socket, torch's TORCHINDUCTOR_CACHE_DIR, HF_HUB_OFFLINE once a checkpoint loads) that a
-# run.py started by hand would not have, and that a fork could not honour anyway.
-SUITE_ENV: Mapping[str, str] = MappingProxyType({**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"})
+# run.py started by hand would not have, and that a fork could not honour anyway. With run.py's OpenMP wait policy
+# where the suite's environment sets none (infinipotv.threads.set_wait_default), as the server's torch loads it.
+SUITE_ENV: Mapping[str, str] = MappingProxyType(
+    {**os.environ, **wait_default(os.environ), "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
+)
 
 
 def _run_script(argv: list[str], cwd: str, env: dict[str, str], stdout: str, stderr: str) -> None:

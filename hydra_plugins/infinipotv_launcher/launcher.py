@@ -8,6 +8,7 @@ Ours: the sweep check (:func:`check_sweep`); a job whose task raised exits non-z
 FAILED (Hydra's ``run_job`` turns the exception into a returned ``JobReturn``, which submitit would store as a
 success); the array is named after what the sweep varies, not ``run``; the submitting process prints each job's id,
 overrides and run directory, then one line per job as it ends, then a summary; a failed job fails the sweep command.
+A Slurm job's script ends its setup with run.py's OpenMP wait policy (:func:`job_setup`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from omegaconf import OmegaConf
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.infinipotv_launcher.sweep_check import PlannedJob, check_sweep, job_name
+from infinipotv.threads import WAIT_SETUP
 
 log = logging.getLogger(__name__)
 POLL_S = 2.0  # how often the submitting process asks Slurm about its jobs (submitit caches sacct between asks)
@@ -55,6 +57,13 @@ def _failure(job: Any, error: Exception) -> str:
     return f"FAILED: {cause} (log: {log_file})"
 
 
+def job_setup(setup: Sequence[str] | None) -> list[str]:
+    """A Slurm job's setup lines: the profile's, then run.py's default OpenMP wait policy where they and the job's
+    environment set none (:data:`infinipotv.threads.WAIT_SETUP`). The job's Python loads torch when it unpickles
+    the task, before any of run.py's code could set it; a shell line runs before Python starts."""
+    return [*(setup or []), WAIT_SETUP]
+
+
 class _CheckedLaunch:
     """Mixin over hydra-submitit-launcher's launchers: check, submit, watch, report."""
 
@@ -73,6 +82,8 @@ class _CheckedLaunch:
         import submitit  # lazy: Hydra imports every plugin at start-up
 
         params = dict(self.params)
+        if self._EXECUTOR == "slurm":  # a local job is a child of this process: it inherits run.py's setting
+            params["setup"] = job_setup(params.get("setup"))
         folder = params.pop("submitit_folder")
         init = (
             {f"{self._EXECUTOR}_max_num_timeout": params.pop("max_num_timeout")} if "max_num_timeout" in params else {}

@@ -105,6 +105,9 @@ class Policy:
     # True: keys/values reach keep()/score() in the store's dtype and the policy computes in fp32 itself (without
     # an fp32 copy of a half-precision cache); False: they are converted to fp32 first.
     reads_any_float: ClassVar[bool] = False
+    # True: every head keeps the same tokens (a positional or whole-frame rule, whole tokens retrieved); False: each
+    # head chooses its own, which the parametrized policy contract checks on a fresh region.
+    head_shared: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         for f in fields(self):

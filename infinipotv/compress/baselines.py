@@ -22,6 +22,7 @@ class Full(Policy):
     """
 
     evicts = False
+    head_shared = True
 
     def keep(
         self,
@@ -43,6 +44,8 @@ class UniformTokens(Policy):
 
     Parameters: none.
     """
+
+    head_shared = True
 
     def keep(
         self,
@@ -69,6 +72,7 @@ class Swa(Policy):
         n_sink: vision tokens at the start of the region always kept.
     """
 
+    head_shared = True
     n_sink: int = 4
 
     def __post_init__(self) -> None:

@@ -48,6 +48,8 @@ class UniformFrames(FramePolicy):
         frame_view: ``pseudo_frames`` or ``grid_aware`` (see :mod:`.layout`).
     """
 
+    head_shared = True
+
     def keep(
         self,
         keys: torch.Tensor,

@@ -13,10 +13,12 @@ from .retrieval import RetrievalPolicy, mean_query, top_blocks
 
 
 def vsb_keep(scores: torch.Tensor, n_keep: int, n_sinks: int, bucket_size: int) -> torch.Tensor:
-    """Vision-sink buckets over tokens in position order with attention ``scores [T]``: ``n_keep / bucket_size``
-    buckets split the positions evenly; phase 1 keeps the top ``n_sinks`` tokens by score, each filling its bucket
-    (a bucket may overflow); phase 2 scans the rest by descending score and keeps a token iff its bucket has room,
-    until ``n_keep`` are kept. Ascending indices ``[n_keep]``."""
+    """Vision-sink buckets over tokens in position order with attention ``scores [T]``: ``n_keep // bucket_size``
+    buckets of ``bucket_size`` split the positions evenly; phase 1 keeps the top ``n_sinks`` tokens by score, each
+    filling its bucket (a bucket may overflow); phase 2 scans the rest by descending score and keeps a token iff its
+    bucket has room, until ``n_keep`` are kept. The buckets hold at least ``(n_keep // B) * B``: where B does not
+    divide ``n_keep`` (the paper leaves it unsaid), the remaining slots go to the best-scoring tokens left, whatever
+    their bucket. Ascending indices ``[n_keep]`` (``T >= n_keep``)."""
     n_tokens = scores.numel()
     n_buckets = max(1, n_keep // bucket_size)
     bucket = torch.arange(n_tokens, device=scores.device) * n_buckets // n_tokens
@@ -29,8 +31,10 @@ def vsb_keep(scores: torch.Tensor, n_keep: int, n_sinks: int, bucket_size: int) 
     starts = torch.searchsorted(by_bucket.values, torch.arange(n_buckets, device=scores.device))
     rank = torch.empty_like(rest_bucket)
     rank[by_bucket.indices] = torch.arange(rest.numel(), device=scores.device) - starts[by_bucket.values]
-    eligible = rest[rank < room[rest_bucket]][: max(0, n_keep - n_sinks)]
-    return torch.cat([sinks, eligible]).sort().values
+    fits = rank < room[rest_bucket]
+    eligible = rest[fits][: max(0, n_keep - n_sinks)]
+    remainder = rest[~fits][: max(0, n_keep - n_sinks - eligible.numel())]  # still in descending score
+    return torch.cat([sinks, eligible, remainder]).sort().values
 
 
 @register("livevlm")
@@ -43,7 +47,8 @@ class LiveVLM(RetrievalPolicy):
     leaving it join the long-term memory, held to ``(|M| - |C|) / page_ratio`` tokens by vision-sink buckets (VSB):
     each token is scored by the attention of the newest ``r_frames`` frames' vision tokens,
     ``S = MeanPool_r softmax(Q K^T / sqrt(D))``; ``N = capacity / bucket_size`` position-ordered buckets; the top
-    ``sink_ratio`` of the capacity by S are kept first, then the rest by descending S while their bucket has room.
+    ``sink_ratio`` of the capacity by S are kept first, then the rest by descending S while their bucket has room
+    (and, where B does not divide the capacity, the best of the others fill it: :func:`vsb_keep`).
     At a question (page retrieval, PaR) the long-term memory is split into pages of ``page_tokens``, RoPE is
     stripped from its keys to score them (page key = mean, against the question's mean pre-RoPE query), the top
     ``page_ratio`` of the pages are copied back, and the answer reads [prefix | retrieved pages | short-term].
@@ -60,7 +65,7 @@ class LiveVLM(RetrievalPolicy):
         page_ratio: share of the long-term pages a question retrieves (Table 6's optimum, 0.4).
         r_frames: newest frames whose vision tokens' attention scores the long-term candidates.
         sink_ratio: share of the long-term capacity kept by score alone (VSB phase 1).
-        bucket_size: tokens per VSB bucket (B = 1).
+        bucket_size: tokens per VSB bucket (B = 1; any B keeps the whole capacity).
         offload: the long-term memory in host memory (false: on the accelerator, as the paper).
         include_window: the short-term memory joins the answer's context (the paper: it does).
         positions: ``original`` (RoPE restored where it was) or ``contiguous``.

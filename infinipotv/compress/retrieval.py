@@ -58,6 +58,7 @@ class RetrievalPolicy(Policy):
     when their host memory is bounded)."""
 
     streaming: ClassVar[str] = "retrieval"
+    head_shared = True  # the window and the retrieved blocks are whole tokens, every head's
     #: True: a chunk's tokens are offloaded as soon as they are prefilled (ReKV: every block goes to the host, the
     #: window's too); False: tokens are offloaded when they leave the window (LiveVLM's short-term -> long-term).
     offload_on_arrival: ClassVar[bool] = True

@@ -7,7 +7,8 @@ Per frame (``_classify_tokens``, ``_compress_single_frame``)::
     k_s = int(G |S| / p), k_d = G - k_s (each clamped to its class's size, the other taking the rest)
     dynamic: the top k_d by saliency
     static: density-peak clustering (DPC: k nearest neighbours, rho = exp(-mean d^2) + 1e-6 noise, delta = the
-            distance to a denser token, score rho * delta) -> k_s centres; each centre <- beta * centre +
+            distance to the nearest LESS dense token, as upstream's mask has it (standard DPC: a denser one; see
+            :func:`dpc_centres`), score rho * delta) -> k_s centres; each centre <- beta * centre +
             (1 - beta) * mean(tokens assigned to it)
     the G tokens in their original order
 
@@ -61,16 +62,23 @@ def budgets(n_static: int, n_tokens: int, retain: int) -> tuple[int, int]:
 
 
 def dpc_centres(x: torch.Tensor, n_clusters: int, k: int, noise: torch.Tensor) -> torch.Tensor:
-    """The ``n_clusters`` density peaks of ``x`` ``[n, d]`` (ascending indices); ``noise`` ``[n]`` in [0, 1)."""
+    """The ``n_clusters`` top scores rho * delta of ``x`` ``[n, d]`` (ascending indices); ``noise`` ``[n]`` in [0, 1).
+
+    Upstream's ``_dpc_cluster`` exactly, quirk included: its mask ``density[:, None] > density[None, :]`` makes delta
+    the distance to the nearest token *less* dense than this one (the least dense token takes the largest distance),
+    where standard density-peak clustering takes the nearest *denser* one, which makes centres the peaks of separate
+    clusters. So the centres are dense tokens far from sparser ones, not one peak per cluster:
+    ``x = [[-0.1], [0], [0.1], [3], [3.05]]``, 2 centres, k = 3, no noise gives [0, 2] (both in the first cluster)
+    where the standard rule gives [1, 3] (tests/compress/test_streamingtom_dpc.py). Kept, as upstream runs it."""
     n, d = x.shape
     if n <= 1:
         return torch.arange(n, device=x.device)
     dist = torch.cdist(x.float(), x.float()) / d**0.5
     nearest = torch.topk(dist, min(k, n - 1), dim=-1, largest=False).values
     density = (-(nearest**2).mean(dim=-1)).exp() + noise.to(dist.device) * NOISE
-    denser = density[:, None] > density[None, :]
-    to_denser = torch.where(denser, dist, dist.max()).min(dim=-1).values
-    return torch.topk(density * to_denser, min(n_clusters, n)).indices.sort().values
+    less_dense = density[:, None] > density[None, :]  # [i, j]: j is less dense than i (upstream's `higher`)
+    to_less_dense = torch.where(less_dense, dist, dist.max()).min(dim=-1).values
+    return torch.topk(density * to_less_dense, min(n_clusters, n)).indices.sort().values
 
 
 def dpc_merge(

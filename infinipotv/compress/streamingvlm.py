@@ -66,6 +66,7 @@ class StreamingVLM(Policy):
     """
 
     streaming: ClassVar[str] = "streamingvlm"
+    head_shared = True  # the newest whole frames
     pos_mode: str = "shrink"
 
     def __post_init__(self) -> None:

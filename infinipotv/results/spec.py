@@ -10,9 +10,11 @@ Shape (YAML, inside ``experiments/NAME.yaml``)::
         - {benchmark: videomme, score: S, label: S, group: Video-MME, published: short}
         - {benchmark: videomme, score: overall, label: All, paired: true}  # + its n and the difference vs the
                                                                              # baseline row with its 95% CI
-        - {benchmark: videomme, metric: memory.peak_accelerator_bytes, scale: MiB, label: MiB, better: lower}
+        - {benchmark: videomme, metric: memory.peak_accelerator_bytes, scale: MiB, label: MiB}
                                  # a measurement, not a score: a path into metrics.json, times `scale` (a number or
                                  # KiB, MiB, GiB for bytes, ms for seconds)
+                                 # `better: higher | lower` says which value is bolded; default: lower for bytes and
+                                 # seconds (a path part named or ending in `bytes`, `seconds`, `_s`), else higher
       rows:                      # explicit rows ...
         - {id: fp16, stub: [InfiniPot-V, FP16, 6K], match: {policy: tar_van_pool, kv: fp16, budget_tokens: 6000}}
         - {id: paper, stub: [InfiniPot-V, FP16, 6K], published: {source: int4_study_seed004, table: "..."}}
@@ -44,6 +46,7 @@ Figures (``figures:`` beside ``tables:``; without it, chosen from the tables' co
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +71,7 @@ class ColumnSpec:
     group: str | None = None
     published: str | None = None  # category in the published CSV; default: the last part of `score`
     decimals: int = 1
-    better: str = "higher"
+    better: str = "higher"  # which value is best (bold): "higher" or "lower" (default_better)
     paired: bool = False  # also show, beside it, its question count and the paired difference vs the baseline row
     metric: str | None = None
     scale: float = 1.0  # a metric's unit: 2**-20 for bytes as MiB
@@ -166,6 +169,18 @@ def _scale(block: Mapping[str, Any], where: str) -> float:
     return float(scale)
 
 
+COST_PART = re.compile(r"(.*_)?(bytes|seconds|s)")  # a metrics.json key that counts bytes or seconds
+
+
+def default_better(metric: str | None) -> str:
+    """Which value of a column is best when its ``better`` is not given: bytes and seconds are costs (``lower``:
+    ``memory.peak_accelerator_bytes``, ``time.ttft_s.median``), scores and every other measurement (``time.encode_fps``)
+    ``higher``."""
+    if metric is not None and any(COST_PART.fullmatch(part) for part in metric.split(".")):
+        return "lower"
+    return "higher"
+
+
 def _column(block: Mapping[str, Any], where: str) -> ColumnSpec:
     _check_keys(block, COLUMN_KEYS, where)
     if (block.get("score") is None) == (block.get("metric") is None):
@@ -190,7 +205,7 @@ def _column(block: Mapping[str, Any], where: str) -> ColumnSpec:
         group=block.get("group"),
         published=block.get("published"),
         decimals=int(block.get("decimals", 1)),
-        better=str(block.get("better", "higher")),
+        better=str(block.get("better", default_better(metric))),
         paired=bool(block.get("paired", False)),
         metric=metric,
         scale=float(scale),

@@ -21,9 +21,6 @@ from infinipotv.compress import (
 )
 
 N_LAYERS = 6  # not a multiple of 4: every layer_quartile group boundary is exercised
-HEAD_INDEPENDENT = {"full", "uniform_frames", "uniform_tokens", "swa"}  # positional: same choice in every head
-HEAD_INDEPENDENT |= {name for name, cls in POLICIES.items() if cls.streaming == "retrieval"}  # a window of whole tokens
-HEAD_INDEPENDENT |= {"streamingvlm"}  # the newest whole frames
 # Rules that choose from what the stored tensors cannot tell: StreamMem's proxy queries, StreamingTOM's cut before
 # the LLM. Their streaming methods call them (tests/stream/test_peer_methods.py, the transcription tests).
 NOT_ALONE = {"streammem", "streamingtom"}
@@ -51,7 +48,7 @@ def test_policy_contract(region, name, kwargs, compressed):
     low_keys, low_values = keys.bfloat16(), values.bfloat16()
     low_precision = policy(low_keys, low_values, layout, n_keep, 0, N_LAYERS)
     assert torch.equal(low_precision, policy(low_keys.float(), low_values.float(), layout, n_keep, 0, N_LAYERS))
-    if not compressed and name not in HEAD_INDEPENDENT:
+    if not compressed and not policy.head_shared:
         assert any(not torch.equal(kept[0], kept[h]) for h in range(1, heads)), "heads choose their own tokens"
 
 
