@@ -11,6 +11,7 @@ runs asked the same questions (the same benchmark selection), else it is left ou
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -225,12 +226,16 @@ def _run_cells(spec: TableSpec, row: Row, notes: list[str]) -> list[Cell]:
 
 def metric_value(run: Run, path: str, notes: list[str]) -> float | None:
     """The number at dotted ``path`` in the run's metrics.json (its shards' merged); one it lacks (a run from before
-    the measurement existed, a resume that answered nothing and so timed nothing) is noted, never a silent –."""
+    the measurement existed, a resume that answered nothing and so timed nothing) or one no measurement can be
+    (negative, NaN) is noted, never a silent – nor shown."""
     value: Any = run.metrics
     for key in path.split("."):
         value = value.get(key) if isinstance(value, Mapping) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         notes.append(f"{run.id}: no number {path} in its metrics.json" + (f" (found {value!r})" * (value is not None)))
+        return None
+    if not 0 <= value < math.inf:  # bytes, seconds, counts, rates: never negative, NaN or infinite
+        notes.append(f"{run.id}: {path} in its metrics.json is {value}, which no measurement can be; not shown")
         return None
     return float(value)
 
