@@ -124,6 +124,21 @@ class Run:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def code_differences(run: Run, other: Run) -> list[str]:
+    """How the code that made ``other`` differs from ``run``'s, as their provenance records it (``git_sha b vs a``,
+    ``transformers 4.46.0 vs 4.45.2``); what only one of them records is no evidence and is left out."""
+    a, b = run.provenance, other.provenance
+    out = []
+    if a.get("git_sha") and b.get("git_sha") and str(a["git_sha"]) != str(b["git_sha"]):
+        out.append(f"git_sha {b['git_sha']} vs {a['git_sha']}")
+    packages_a, packages_b = a.get("packages"), b.get("packages")
+    if isinstance(packages_a, Mapping) and isinstance(packages_b, Mapping):
+        for name in sorted(set(packages_a) & set(packages_b)):
+            if packages_a[name] != packages_b[name]:
+                out.append(f"{name} {packages_b[name]} vs {packages_a[name]}")
+    return out
+
+
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested config -> ``{"compress.budget": 6000, ...}`` (lists kept as values)."""
     flat: dict[str, Any] = {}
