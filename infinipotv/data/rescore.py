@@ -6,8 +6,9 @@ scores in ``RUN_DIR/metrics.json`` (keys ``scores``, ``parser``, ``subset``; oth
 table switches between the faithful and the strict parser, or picks up a parser fix, without a GPU.
 
 A line that is not a prediction (not JSON, not UTF-8, not an object, no ``question_id``: a job killed mid-write, a
-disk error) is skipped with a warning naming the file and line; no prediction at all, or no run files, is an error:
-one line, exit 2.
+disk error) is skipped with a warning naming the file and line; an answer to a question the run was not asked (a
+hand edit, a file copied from another run) is left out, with one warning naming the file and the count. No prediction
+at all, or no run files, is an error: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 import sys
 import warnings
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from omegaconf import OmegaConf
 from infinipotv.config import BenchmarkConfig, Parser
 from infinipotv.data.base import Benchmark
 from infinipotv.data.loading import benchmark_class, question_from_record
-from infinipotv.data.subset import describe
+from infinipotv.data.subset import describe, select
 from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS, RunDirError, rewrite
 
 Record = dict[str, Any]
@@ -143,6 +145,35 @@ def read_predictions(path: Path) -> tuple[list[Record], int]:
     return list(records.values()), bad
 
 
+def run_questions(cfg: BenchmarkConfig, metrics: dict[str, Any] | None) -> set[str] | None:
+    """The ids of the questions the run was asked: its metrics.json's ``question_ids`` (the job writes them), else
+    the selection the job makes from the benchmark's annotations; None when neither can be read (a run from before
+    ``question_ids`` whose data is on another machine): its answers cannot be checked, and a run without metrics.json
+    is flagged partial anyway."""
+    asked = (metrics or {}).get("question_ids")
+    if isinstance(asked, list):
+        return {str(q) for q in asked}
+    try:
+        samples = select(benchmark_class(cfg.name)(cfg).samples(), cfg)
+    except Exception:  # whatever keeps the annotations from being read (no data here), the answers are still read
+        return None
+    return {q.qid for s in samples for q in s.questions}
+
+
+def only_asked(records: list[Record], asked: Collection[str] | None, path: Path) -> tuple[list[Record], int]:
+    """The records of the questions the run asked (all of them when ``asked`` is None), and how many others were
+    left out, with one warning naming ``path`` and the count (as a resume sets them aside,
+    :func:`infinipotv.rundir.sort_predictions`): an answer to a question the run never had is never counted."""
+    if asked is None:
+        return records, 0
+    kept = [r for r in records if str(r["question_id"]) in asked]
+    foreign = [str(r["question_id"]) for r in records if str(r["question_id"]) not in asked]
+    if foreign:
+        shown = ", ".join(repr(q) for q in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        skip(f"{path}: {len(foreign)} answer(s) to questions that are not this run's ({shown}); not counted")
+    return kept, len(foreign)
+
+
 def reparse(records: list[Record], bench: Benchmark) -> tuple[list[Record], int]:
     """Records with ``parsed``/``correct`` recomputed from the raw outputs, and how many parses changed."""
     out, changed = [], 0
@@ -181,19 +212,26 @@ def rescore(run_dir: Path, parser: str | None = None, write: bool = False) -> tu
     cfg = load_benchmark_config(run_dir, parser)
     bench = benchmark_class(cfg.name)(cfg)
     records, bad = read_predictions(run_dir / PREDICTIONS)
+    path = run_dir / METRICS
+    metrics = read_json_object(path)
     if not records:
         raise ValueError(
             f"{run_dir / PREDICTIONS} holds no readable prediction ({bad} line(s) skipped): nothing to rescore"
+        )
+    records, foreign = only_asked(records, run_questions(cfg, metrics), run_dir / PREDICTIONS)
+    if not records:
+        raise ValueError(
+            f"{run_dir / PREDICTIONS} holds no answer to this run's questions ({foreign} answer(s) to others "
+            f"skipped): nothing to rescore"
         )
     records, changed = reparse(records, bench)
     scores = bench.score(records)
     parser_name = Parser(cfg.parser).value
     text = markdown(scores, f"{cfg.name} rescored with the {parser_name} parser ({run_dir})")
     text += f"\n{changed} of {len(records)} answers parse differently from the stored predictions"
-    text += f"; {bad} unreadable lines skipped.\n" if bad else ".\n"
+    text += f"; {bad} unreadable lines skipped" if bad else ""
+    text += f"; {foreign} answers to questions that are not this run's left out.\n" if foreign else ".\n"
     if write:
-        path = run_dir / METRICS
-        metrics = read_json_object(path)
         if metrics is None and path.is_file():
             raise ValueError(f"{path} is corrupt, so --write would lose its other keys: fix or delete it, then rerun")
         metrics = metrics or {}

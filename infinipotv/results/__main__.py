@@ -2,7 +2,9 @@
 
 Prints every file it wrote and a summary line; a corrupt run file is skipped with a ``warning:`` line naming it. Exit
 2 with one ``error:`` line on bad input: no matching run, runs of several models in a table without a model column,
-or an output folder that already holds the report (``--force`` replaces it).
+a table spec naming a key no run has, runs of one config made by different code (another commit or package versions;
+``--allow-mixed`` uses them, the table's note naming the run it shows), or an output folder that already holds the
+report (``--force`` replaces it). The report is written whole or not at all: an error leaves the folder as it was.
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "e.g. Qwen2-VL-7B-Instruct, else the family, e.g. qwen2vl-tiny)",
     )
     parser.add_argument("--force", action="store_true", help="replace the outputs already in the output folder")
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="use runs of one config made by different code (another commit or package versions) instead of "
+        "refusing them; the table's note names the run shown and what differs",
+    )
     args = parser.parse_args(argv)
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
@@ -62,8 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.experiments_dir,
                 args.model,
                 args.force,
+                args.allow_mixed,
             )
-        except (FileNotFoundError, OutputExists, ValueError, ScorerError) as err:  # bad input: one line, the fix
+        except (OSError, OutputExists, ValueError, ScorerError) as err:  # bad input, a folder not ours: one line
             print_skipped(skipped)
             print(f"error: {err}", file=sys.stderr)
             return 2

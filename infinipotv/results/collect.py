@@ -5,8 +5,10 @@ contract). Within one directory a question answered twice (a resumed job) counts
 sharded run (same resolved config except ``benchmark.shard``) are merged here: their predictions are concatenated and
 re-scored by the benchmark's own scorer, so a merged run is scored exactly like an unsharded one; a question found in
 two shards is refused, never silently counted twice. A corrupt file is skipped with a
-:class:`~infinipotv.data.rescore.SkippedInput` warning naming it (and the line): an unreadable config.yaml skips its
-run directory, a corrupt metrics.json leaves the run partial and scored from its predictions.
+:class:`~infinipotv.data.rescore.SkippedInput` warning naming it (and the line): an unreadable config.yaml (or one
+empty, cut short, without its benchmark) skips its run directory, a corrupt metrics.json leaves the run partial and
+scored from its predictions, a score no accuracy can be (NaN, 175) is scored from the predictions. An answer to a
+question the run was not asked is left out, with one warning naming the file and the count.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import statistics
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -22,14 +24,31 @@ from typing import Any
 
 import pandas as pd
 
-from infinipotv.data.rescore import benchmark_config, read_config, read_json_object, read_predictions, skip
+from infinipotv.data.rescore import (
+    benchmark_config,
+    only_asked,
+    read_config,
+    read_json_object,
+    read_predictions,
+    run_questions,
+    skip,
+)
 from infinipotv.data.subset import describe, parse_shard
-from infinipotv.results.scoring import ScorerError, flatten_scores, has_scorer, score_records, score_weights
+from infinipotv.results.scoring import (
+    ScorerError,
+    flatten_scores,
+    has_scorer,
+    implausible_scores,
+    replace_scores,
+    score_records,
+    score_weights,
+)
 from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE
 
 IGNORED_FOR_MERGE = ("benchmark.shard", "run_dir")  # keys that differ between shards of one run
 MEMORY_COUNTS = ("frames", "frames_with_questions_only")  # metrics.json's memory counts: shards add them up
 RATES = ("encode_fps",)  # time's rates, derived by with_rates (never summed over shards)
+RUN_SECTIONS = ("model", "compress", "quant", "benchmark")  # what a run's config.yaml must hold to say what ran
 CANONICAL = ("model", "policy", "kv", "budget_tokens", "budget_bytes", "storage", "benchmark", "experiment")
 
 
@@ -105,6 +124,21 @@ class Run:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def code_differences(run: Run, other: Run) -> list[str]:
+    """How the code that made ``other`` differs from ``run``'s, as their provenance records it (``git_sha b vs a``,
+    ``transformers 4.46.0 vs 4.45.2``); what only one of them records is no evidence and is left out."""
+    a, b = run.provenance, other.provenance
+    out = []
+    if a.get("git_sha") and b.get("git_sha") and str(a["git_sha"]) != str(b["git_sha"]):
+        out.append(f"git_sha {b['git_sha']} vs {a['git_sha']}")
+    packages_a, packages_b = a.get("packages"), b.get("packages")
+    if isinstance(packages_a, Mapping) and isinstance(packages_b, Mapping):
+        for name in sorted(set(packages_a) & set(packages_b)):
+            if packages_a[name] != packages_b[name]:
+                out.append(f"{name} {packages_b[name]} vs {packages_a[name]}")
+    return out
+
+
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested config -> ``{"compress.budget": 6000, ...}`` (lists kept as values)."""
     flat: dict[str, Any] = {}
@@ -147,10 +181,43 @@ def _subset(benchmark: Mapping[str, Any]) -> dict[str, Any]:
     return describe(benchmark_config({**benchmark, "shard": None}))
 
 
+def _benchmark_block(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The run's ``benchmark`` block, checked typed; a ValueError naming the file when the config lacks a section the
+    job always writes (an empty file, one cut short) or its benchmark block does not read as one."""
+    missing = [k for k in RUN_SECTIONS if not isinstance(config.get(k), Mapping)]
+    if missing:
+        raise ValueError(
+            f"{path}: no {', '.join(f'`{k}:`' for k in missing)} section (an empty or cut-short config.yaml?)"
+        )
+    bench = config["benchmark"]
+    try:
+        _subset(bench)
+    except Exception as err:  # a wrong type, an unknown key, a bad shard: the block does not say what ran
+        raise ValueError(
+            f"{path}: its benchmark section does not read ({type(err).__name__}: {' '.join(str(err).split())})"
+        ) from None
+    if not bench.get("name"):
+        raise ValueError(f"{path}: its benchmark section names no benchmark (`name:`)")
+    return bench
+
+
+def _plausible(scores: dict[str, Any], rescored: Callable[[], dict[str, Any]], path: Path) -> dict[str, Any]:
+    """``scores`` as metrics.json holds them, where every value a score cannot take (not a number, NaN, outside
+    [0, 100]) is replaced by the one scored from the predictions (:func:`implausible_scores`), with one warning."""
+    bad = implausible_scores(scores)
+    if not bad:
+        return scores
+    shown = ", ".join(f"{k} is {v}" for k, v in bad.items())
+    skip(f"{path}: {shown}: not a score in [0, 100]; scored from the run's predictions instead")
+    return replace_scores(scores, set(bad), rescored())
+
+
 def load_run(path: str | Path, root: str | Path | None = None) -> Run:
-    """One run directory as a :class:`Run` (not merged with its sibling shards)."""
+    """One run directory as a :class:`Run` (not merged with its sibling shards); a ValueError naming the file when
+    its config.yaml does not say what ran."""
     path = Path(path)
     config = read_config(path / CONFIG)
+    bench = _benchmark_block(config, path / CONFIG)
     problems = []
     try:
         predictions, unreadable = read_predictions(path / PREDICTIONS)
@@ -161,19 +228,26 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
         problems.append(f"{unreadable} unreadable line(s) in predictions.jsonl")
     metrics = with_rates(read_json_object(path / METRICS) or {})
     provenance = read_json_object(path / PROVENANCE) or {}
-    bench = config.get("benchmark") or {}
-    predictions, foreign = _asked(predictions, metrics.get("question_ids"), path / PREDICTIONS)
-    if foreign:
-        problems.append(f"{foreign} answer(s) to questions the run did not ask in predictions.jsonl")
+    if predictions:  # the question set: metrics.json's, else (a run that did not finish) the benchmark's selection
+        known = "question_ids" in metrics or not metrics  # a run from before question_ids: not checked
+        asked = run_questions(benchmark_config(bench), metrics) if known else None
+        predictions, foreign = only_asked(predictions, asked, path / PREDICTIONS)
+        if foreign:
+            problems.append(f"{foreign} answer(s) to questions the run did not ask in predictions.jsonl")
     if not metrics:
         problems.append(
             "metrics.json corrupt" if (path / METRICS).is_file() else "metrics.json missing (the job did not finish)"
         )
     elif not metrics.get("complete", False):
         problems.append(f"incomplete: {metrics.get('n_questions')} of {metrics.get('n_expected')} questions")
+    scorable = bool(predictions) and has_scorer(bench.get("name"))
     scores = metrics.get("scores") or {}
-    if not scores and predictions and has_scorer(bench.get("name")):
+    if isinstance(scores, Mapping) and scores:
+        scores = _plausible(dict(scores), lambda: score_records(bench, predictions) if scorable else {}, path / METRICS)
+    elif scorable:
         scores = score_records(bench, predictions)
+    else:
+        scores = {}
     run_id = str(path.relative_to(root)) if root is not None else str(path)
     subset = bool(_subset(bench)["is_subset"])
     return Run((path,), run_id, config, predictions, scores, metrics, provenance, not problems, subset, problems)
@@ -188,19 +262,6 @@ def with_rates(metrics: dict[str, Any]) -> dict[str, Any]:
     if not (isinstance(frames, (int, float)) and isinstance(seconds, (int, float)) and seconds > 0):
         return metrics
     return {**metrics, "time": {**metrics["time"], "encode_fps": frames / seconds}}
-
-
-def _asked(records: list[dict[str, Any]], asked: Any, path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The records of the questions the run asked (``metrics.question_ids``, written by the job), and how many
-    others were skipped, each with a warning: a hand-edited answer to a question the run never had is not counted."""
-    if not isinstance(asked, list):
-        return records, 0
-    known = {str(q) for q in asked}
-    kept = [r for r in records if str(r["question_id"]) in known]
-    for r in records:
-        if str(r["question_id"]) not in known:
-            skip(f"{path}: question {r['question_id']!r} is not one of this run's; answer skipped")
-    return kept, len(records) - len(kept)
 
 
 def _merge_key(run: Run) -> str:

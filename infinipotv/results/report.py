@@ -2,12 +2,16 @@
 
 Everything here is generated from the run directories and ``experiments/NAME.yaml``'s ``table`` block; nothing is
 typed by hand. Statistics are always computed (they go in the CSV/JSON); ``stats=True`` also prints them in tables.
-Nothing is written when no run matches the experiment, and outputs already in the output folder (committed tables,
-an earlier report) are replaced only with ``force=True``.
+Nothing is written when no run matches the experiment, when the spec names a key no run has, or when runs of one
+config were made by different code (unless ``allow_mixed=True``); outputs already in the output folder (committed
+tables, an earlier report) are replaced only with ``force=True``, and then whole: the report is built beside the
+folder and moved in only once every file of it is written.
 """
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
+from infinipotv.results.checks import check_spec, mixed_code
 from infinipotv.results.collect import Run, load_runs, runs_frame
 from infinipotv.results.figures import (
     plot_accuracy_vs_budget,
@@ -27,7 +32,16 @@ from infinipotv.results.published import load_published
 from infinipotv.results.render import to_latex, to_markdown
 from infinipotv.results.spec import SCALES, ExperimentSpec, FigureSpec, SpecError, parse_experiment
 from infinipotv.results.stats import N_BOOT, SEED, score_ci
-from infinipotv.results.tables import Table, add_stats, build_table, find_row, matches, metric_value, table_frame
+from infinipotv.results.tables import (
+    MixedRunsError,
+    Table,
+    add_stats,
+    build_table,
+    find_row,
+    matches,
+    metric_value,
+    table_frame,
+)
 
 FORMATS = ("md", "tex")
 
@@ -202,10 +216,14 @@ def build_report(
     experiments_dir: str | Path = "experiments",
     model: str | None = None,
     force: bool = False,
+    allow_mixed: bool = False,
 ) -> Report:
     """Build and write every table of ``experiment`` from the runs under ``runs_dir`` (only ``model``'s, if given)
-    into ``out_dir`` (default ``results/NAME/``). Raises :class:`NothingToReport` when no run matches and
-    :class:`OutputExists` when ``out_dir`` already holds the report, unless ``force``."""
+    into ``out_dir`` (default ``results/NAME/``). Raises :class:`NothingToReport` when no run matches,
+    :class:`OutputExists` when ``out_dir`` already holds the report, unless ``force``, and
+    :class:`~infinipotv.results.tables.MixedRunsError` when runs of one config were made by different code, unless
+    ``allow_mixed``. The report is written whole or not at all: built in a folder beside ``out_dir``, then moved in
+    (:func:`_move_in`), so a failure leaves an earlier report as it was."""
     unknown = set(formats) - set(FORMATS)
     if unknown:
         raise ValueError(f"--format: unknown format(s) {sorted(unknown)}; choose from {list(FORMATS)}")
@@ -213,8 +231,16 @@ def build_report(
     out = Path(out_dir) if out_dir is not None else Path("results") / name
     runs = load_runs(runs_dir)
     chosen = [r for r in runs if model is None or r.fields["model"] == model]
+    notes = check_spec(spec, chosen)
+    mixed = mixed_code(spec, chosen, name)
+    if mixed and not allow_mixed:
+        raise MixedRunsError(
+            f"{mixed[0]}{f' (and {len(mixed) - 1} more such pairs)' if len(mixed) > 1 else ''}: rerun one at the "
+            f"other's code, move one out of the runs folder, or pass --allow-mixed to use them (the table's note "
+            f"names the run it shows)"
+        )
     published = load_published()
-    report = Report([build_table(t, chosen, published, name) for t in spec.tables], out)
+    report = Report([build_table(t, chosen, published, name) for t in spec.tables], out, notes=notes)
     report.n_runs = len(_used_runs(report.tables))
     if not report.n_runs and any(t.source is None for t in spec.tables):
         raise _no_match(name, runs_dir, runs, model)
@@ -225,8 +251,30 @@ def build_report(
             f"{', ...' if len(existing) > 4 else ''}): pass --force to replace it, or --out DIR to "
             f"write elsewhere"
         )
+    building = _building(out)
+    try:
+        _write(report, spec, building, formats, stats, baseline, show_n, n_boot, seed, name)
+        _move_in(building, out)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    report.files = [out / path.relative_to(building) for path in report.files]
+    return report
+
+
+def _write(
+    report: Report,
+    spec: ExperimentSpec,
+    out: Path,
+    formats: Sequence[str],
+    stats: bool,
+    baseline: str | None,
+    show_n: bool,
+    n_boot: int,
+    seed: int,
+    name: str,
+) -> None:
+    """Every file of the report into ``out`` (a fresh folder), with its statistics and figures."""
     renderers = {"md": to_markdown, "tex": to_latex}
-    out.mkdir(parents=True, exist_ok=True)
     matched = False
     for table in report.tables:
         if table.frame is None and table.spec.source is not None:
@@ -253,4 +301,31 @@ def build_report(
     report.files += [out / "runs.csv", out / "runs.json"]
     for figure in spec.figures if spec.figures is not None else _default_figures(report.tables):
         report.files += _draw(figure, tidy, used, out / "figures", report.notes)
-    return report
+
+
+def _building(out: Path) -> Path:
+    """A new folder to build the report in, on the disk of ``out`` (so that moving it in is renaming): inside ``out``
+    when it exists (its parent may not be ours to write), else beside it (``out`` is then this folder renamed)."""
+    tag = uuid.uuid4().hex[:8]
+    if out.is_dir():
+        building = out / f".report.{tag}.partial"
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        building = out.parent / f".{out.name}.{tag}.partial"
+    building.mkdir()
+    return building
+
+
+def _move_in(built: Path, out: Path) -> None:
+    """The report built in ``built`` in place of the one in ``out``: a new ``out`` is the built folder renamed (one
+    step); into an existing one each file is renamed over its old self, and its figures folder replaced whole. Other
+    files in ``out`` stay."""
+    if not out.exists():
+        built.rename(out)
+        return
+    old_figures = built / ".old-figures"
+    if (out / "figures").is_dir():
+        (out / "figures").rename(old_figures)
+    for path in sorted(built.iterdir()):
+        if path != old_figures:
+            path.replace(out / path.name)

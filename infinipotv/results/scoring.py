@@ -65,6 +65,37 @@ def flatten_scores(scores: Mapping[str, Any], prefix: str = "") -> dict[str, flo
     return flat
 
 
+def implausible_scores(scores: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Each score path whose value no accuracy can be (not a number, NaN, outside [0, 100]) and that value as
+    metrics.json writes it; None (a task with no questions) and the counts are fine."""
+    bad: dict[str, str] = {}
+    for key, value in scores.items():
+        if key in SKIPPED_KEYS or value is None:
+            continue
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            bad.update(implausible_scores(value, f"{path}."))
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+            bad[path] = json.dumps(value)  # NaN fails 0 <= value too
+    return bad
+
+
+def replace_scores(scores: Mapping[str, Any], paths: set[str], other: Mapping[str, Any], prefix: str = "") -> dict:
+    """``scores`` with the value at every dotted path in ``paths`` taken from ``other`` (left out where ``other``
+    has none)."""
+    out: dict[str, Any] = {}
+    for key, value in scores.items():
+        path = f"{prefix}{key}"
+        if path in paths:
+            if key in other:
+                out[key] = other[key]
+        elif isinstance(value, Mapping) and any(p.startswith(f"{path}.") for p in paths):
+            out[key] = replace_scores(value, paths, other.get(key) or {}, f"{path}.")
+        else:
+            out[key] = value
+    return out
+
+
 def _with_correct(record: Mapping[str, Any], correct: bool) -> dict[str, Any]:
     """A copy of ``record`` answered right (parsed = gold) or wrong (nothing parsed), without error."""
     return {**record, "correct": correct, "parsed": record.get("gold") if correct else None, "error": None}

@@ -11,6 +11,7 @@ runs asked the same questions (the same benchmark selection), else it is left ou
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -19,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from infinipotv.results.collect import Run
+from infinipotv.results.collect import Run, code_differences
 from infinipotv.results.generated import call_source
 from infinipotv.results.published import same_value, select
 from infinipotv.results.scoring import ScorerError, flatten_scores
@@ -142,7 +143,12 @@ def _differences(run: Run, other: Run) -> str:
     keys = [k for k in dict.fromkeys([*a, *b]) if k not in SAME_RUN and a.get(k) != b.get(k)]
     if keys:
         return ", ".join(f"{k} {b.get(k)} vs {a.get(k)}" for k in keys[:3]) + (", ..." if len(keys) > 3 else "")
-    return "same config" + ("" if other.complete and not other.subset else ", partial")
+    code = code_differences(run, other)
+    return (
+        "same config"
+        + (f" run by other code ({', '.join(code)})" if code else "")
+        + ("" if other.complete and not other.subset else ", partial")
+    )
 
 
 def _choose(candidates: Sequence[Run], experiment: str | None, what: str, notes: list[str]) -> Run:
@@ -225,12 +231,16 @@ def _run_cells(spec: TableSpec, row: Row, notes: list[str]) -> list[Cell]:
 
 def metric_value(run: Run, path: str, notes: list[str]) -> float | None:
     """The number at dotted ``path`` in the run's metrics.json (its shards' merged); one it lacks (a run from before
-    the measurement existed, a resume that answered nothing and so timed nothing) is noted, never a silent –."""
+    the measurement existed, a resume that answered nothing and so timed nothing) or one no measurement can be
+    (negative, NaN) is noted, never a silent – nor shown."""
     value: Any = run.metrics
     for key in path.split("."):
         value = value.get(key) if isinstance(value, Mapping) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         notes.append(f"{run.id}: no number {path} in its metrics.json" + (f" (found {value!r})" * (value is not None)))
+        return None
+    if not 0 <= value < math.inf:  # bytes, seconds, counts, rates: never negative, NaN or infinite
+        notes.append(f"{run.id}: {path} in its metrics.json is {value}, which no measurement can be; not shown")
         return None
     return float(value)
 
@@ -338,7 +348,7 @@ def _apply_bold(spec: TableSpec, rows: Sequence[Row]) -> None:
                 cell.bold = value == best
 
 
-def _candidates(spec: TableSpec, runs: Sequence[Run], experiment: str | None) -> list[Run]:
+def candidates(spec: TableSpec, runs: Sequence[Run], experiment: str | None) -> list[Run]:
     """Every run some row of the table may draw on (the same filters as the rows' own)."""
     benchmarks = {c.benchmark for c in spec.columns}
     runs = [r for r in runs if r.fields["benchmark"] in benchmarks]
@@ -372,7 +382,7 @@ def build_table(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, e
     if spec.source is not None:
         table.frame, table.footnotes = call_source(spec) or (None, [])
         return table
-    _check_models(table, _candidates(spec, runs, experiment))
+    _check_models(table, candidates(spec, runs, experiment))
     make = _auto_rows if isinstance(spec.rows, AutoRows) else _explicit_rows
     table.rows = make(spec, runs, published, experiment, table.choices)
     table.notes += table.choices
