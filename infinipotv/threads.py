@@ -25,6 +25,9 @@ import torch
 from infinipotv.config import ConfigError
 
 AUTO = "auto"
+#: The most threads per core this process may run on: past it a count only slows the run down, and an absurd one
+#: (threads=100000) makes OpenMP fail to start its workers.
+PER_CORE = 4
 
 
 def available_cores() -> int:
@@ -50,7 +53,16 @@ def resolve(setting: str | int) -> int:
 
 
 def use_threads(setting: str | int) -> int:
-    """Set torch's intra-op threads for this process to ``resolve(setting)``; returns the count."""
+    """Set torch's intra-op threads for this process to ``resolve(setting)``; returns the count. A count above
+    :data:`PER_CORE` per core this process may run on is refused here, where the job runs, not when a sweep is
+    checked: the submitting machine's cores are not the node's."""
     n = resolve(setting)
+    cores = available_cores()
+    if n > PER_CORE * cores:
+        given = f"threads={setting}" if str(setting).strip().lower() != AUTO else f"OMP_NUM_THREADS={n} (threads=auto)"
+        raise ConfigError(
+            f"{given} is more than {PER_CORE} threads per core of the {cores} this process may run on: give "
+            f"threads=auto (one per core) or a count up to {PER_CORE * cores}"
+        )
     torch.set_num_threads(n)
     return n
