@@ -47,10 +47,29 @@ def _started_entry(entry: Path) -> bool:
     return entry.name in _STARTED or (entry.suffix == ".log" and entry.is_file())
 
 
+def _held(run_dir: Path) -> bool:
+    """Whether another process holds ``run_dir``'s directory lock (:func:`infinipotv.rundir.claim`). The probe is a
+    shared lock, released at once; where the file system has no directory locks it says no."""
+    try:
+        folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(folder, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(folder)  # releases the probe
+    return False
+
+
 def check_ours(run_dir: Path) -> None:
     """Refuse, in one line, a ``run_dir`` that holds files no run wrote, or a ``config.yaml`` that is not a run's;
-    a new folder, an empty one and a run's own directory pass. Nothing is written or removed either way."""
-    if not run_dir.is_dir():
+    a new folder, an empty one and a run's own directory pass, and so does one a job holds (the lock's refusal names
+    the holder). Nothing is written or removed either way."""
+    if not run_dir.is_dir() or _held(run_dir):  # a job writes there: claim refuses, naming it
         return
     entries = list(run_dir.iterdir())
     if not entries:
