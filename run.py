@@ -3,7 +3,7 @@
 The config is validated before anything is loaded; a config that cannot work fails with one line naming the option
 and a valid value (exit code 2), in seconds: what a run needs beyond the checks (the job, the results code, the
 model classes) is imported once the config has passed. Each run writes into its own directory (Hydra's), resumable
-on rerun.
+on rerun. A run whose every question ended in an error keeps its files and exits 1 with one line naming the cause.
 """
 
 # ruff: noqa: E402  (the OpenMP wait policy is set before the imports below load torch)
@@ -13,55 +13,87 @@ from infinipotv.threads import set_wait_default
 
 set_wait_default()  # libgomp reads it once, when torch loads it (infinipotv.threads)
 
+import os
 import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from infinipotv.config import ConfigError, register_configs
 from infinipotv.factory import as_run_config, validate
 from infinipotv.models import MissingWeightsError
 from infinipotv.models.loading import check_weights
-from infinipotv.rundir import RunDirError, check_usable, discard_unused
+from infinipotv.ownership import check_ours, discard_unused, inventory
+from infinipotv.rundir import RunDirError, check_usable
 from infinipotv.threads import use_threads
 
 register_configs()
+#: What the folder of a ``run_dir=`` held before Hydra wrote there (None: there was none), taken by ``_check_args``:
+#: a failed start removes only what it added.
+_FOUND: dict[str, frozenset[str] | None] = {}
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(dcfg: DictConfig) -> dict:
+    found = _found_before(dcfg)
     try:
         cfg = as_run_config(dcfg)
         check_weights(cfg.model)  # the first thing a missing checkpoint should hear about
         validate(cfg)
         use_threads(cfg.threads)
+        from infinipotv.answers import RunFailed
         from infinipotv.job import run_job, summary
         from infinipotv.results.tracking import track_run
 
         run_dir = Path(cfg.run_dir or HydraConfig.get().runtime.output_dir)
-        metrics = run_job(cfg, run_dir, finished=track_run)
+        try:
+            metrics = run_job(cfg, run_dir, finished=track_run)
+        except RunFailed as err:  # its files are kept; exit 1, so that a sweep counts the job FAILED
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
     except (ConfigError, MissingWeightsError, RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
-        discard_unused(Path(HydraConfig.get().runtime.output_dir))  # a start that answered nothing leaves nothing
+        _discard(dcfg, found)  # a start that answered nothing leaves nothing it wrote
         sys.exit(2)
     except BaseException:
-        discard_unused(Path(HydraConfig.get().runtime.output_dir))
+        _discard(dcfg, found)
         raise
     print(summary(metrics))
     print(f"\nrun directory: {run_dir}")
     return metrics
 
 
+def _found_before(dcfg: DictConfig) -> frozenset[str] | None:
+    """What the run directory held before this start: as ``_check_args`` found a ``run_dir=`` folder; nothing for
+    Hydra's own unique folder of a single run; else (a sweep's job, whose folder may hold its earlier run) what it
+    holds now, Hydra's files of this start included, so that they are kept."""
+    output_dir = os.path.abspath(HydraConfig.get().runtime.output_dir)
+    if output_dir in _FOUND:
+        return _FOUND[output_dir]
+    if not dcfg.get("run_dir") and HydraConfig.get().mode == RunMode.RUN:
+        return None
+    return inventory(Path(output_dir))
+
+
+def _discard(dcfg: DictConfig, found: frozenset[str] | None) -> None:
+    discard_unused(Path(HydraConfig.get().runtime.output_dir), found)
+
+
 def _check_args(argv: list[str]) -> None:
-    """Refused in one line before Hydra starts, where Hydra would end in its own traceback: a ``run_dir=`` that
-    cannot hold a run (a file, a read-only folder; Hydra writes its files there first) and an ``experiment=`` file
-    that is not plain YAML (a tag, bad syntax or encoding)."""
+    """Refused in one line before Hydra starts, where Hydra would end in its own traceback or write into a folder
+    not ours: a ``run_dir=`` that cannot hold a run (a file, a read-only folder; Hydra writes its files there first)
+    or that holds files no run wrote, and an ``experiment=`` file that is not plain YAML (a tag, bad syntax or
+    encoding). What a ``run_dir=`` folder holds is noted, so that a failed start removes only what it added."""
     given = dict(a.lstrip("+").split("=", 1) for a in argv if "=" in a)
     try:
         if given.get("run_dir") not in (None, "", "null"):
-            check_usable(Path(given["run_dir"]))
+            run_dir = Path(given["run_dir"])
+            check_usable(run_dir)
+            check_ours(run_dir)  # before Hydra writes its .hydra/ and log there
+            _FOUND[os.path.abspath(run_dir)] = inventory(run_dir)
         if given.get("experiment"):
             path = Path(__file__).parent / "experiments" / f"{given['experiment']}.yaml"
             if path.is_file():  # a missing one is Hydra's own one-line error

@@ -23,13 +23,16 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from infinipotv.answers import RunFailed, changed, failure
 from infinipotv.config import RunConfig
 from infinipotv.data import Benchmark, Question, VideoSample
 from infinipotv.data.frames import FrameSource, SourcesAhead
 from infinipotv.data.subset import describe, select
 from infinipotv.data.video import FramePlan
 from infinipotv.factory import Parts, as_run_config, build_benchmark, build_parts
+from infinipotv.memory_file import cut_step, is_number, trace_steps, warn_cut
 from infinipotv.models.base import ModelAdapter, resize_frames
+from infinipotv.ownership import check_ours
 from infinipotv.progress import Progress
 from infinipotv.provenance import now, provenance
 from infinipotv.rundir import (
@@ -222,14 +225,14 @@ def _metrics(
     elapsed_s: float,
     memory_path: Path,
 ) -> dict:
-    steps = _trace_steps(memory_path)
+    steps = trace_steps(memory_path)
     passes = [s["compress"] for s in steps if s["compress"]]
     streamed: dict[str, int] = {}
     for s in steps:
         streamed[s["video_id"]] = max(streamed.get(s["video_id"], 0), s["frames_seen"])
     seen: dict[str, int] = {}
     for r in records:
-        seen[r["video_id"]] = max(seen.get(r["video_id"], 0), r.get("frames_seen") or 0)
+        seen[r["video_id"]] = max(seen.get(r["video_id"], 0), _count(r.get("frames_seen")))
     refs = [r["reference"] for r in records if "reference" in r]
     metrics = {
         "benchmark": bench.name,
@@ -253,7 +256,7 @@ def _metrics(
             "peak_memory_bytes": max((s["peak_memory_bytes"] for s in steps), default=0),
             # bytes by place, the same count for every method (the answers' retrieval buffers included)
             "peak_accelerator_bytes": max(
-                [s.get("accelerator_bytes", 0) for s in steps] + [r.get("accelerator_bytes") or 0 for r in records],
+                [s.get("accelerator_bytes", 0) for s in steps] + [_count(r.get("accelerator_bytes")) for r in records],
                 default=0,
             ),
             "peak_host_bytes": max((s.get("host_bytes", 0) for s in steps), default=0),
@@ -277,30 +280,24 @@ def _metrics(
             "n": len(refs),
         }
     metrics["question_ids"] = asked  # what the run asks: the aggregator counts answers to these alone
+    why = failure(records)
+    if why is not None:  # the aggregator skips such a run: its 0.0 is no score
+        metrics["failed"] = why
     return metrics
 
 
-TRACE_KEYS = ("video_id", "frames_seen", "compress", "total_tokens", "video_tokens", "cache_bytes", "peak_memory_bytes")
-
-
-def _trace_steps(path: Path) -> list[dict]:
-    """The steps of ``memory.jsonl`` the metrics can count: a hand-edited step missing a key they read is left out
-    with one warning naming the file (the answers and the rest of the trace still count)."""
-    steps, bad = read_jsonl(path)
-    kept = [s for s in steps if all(k in s for k in TRACE_KEYS)]
-    if len(kept) < len(steps) or bad:
-        print(
-            f"warning: {path}: {len(steps) - len(kept) + bad} line(s) not a whole trace step (each needs "
-            f"{', '.join(TRACE_KEYS)}); left out of the memory figures in metrics.json",
-            file=sys.stderr,
-            flush=True,
-        )
-    return kept
+def _count(value: Any) -> int | float:
+    """A record's count (frames seen, bytes) as the metrics take it: 0 where it is none or not a number."""
+    return value if is_number(value) else 0
 
 
 def _drop_partial_traces(path: Path, restream: set[str]) -> None:
     """Videos that will be streamed again (some of their questions unanswered) record their trace anew: their steps
-    leave the file, rewritten whole (:func:`infinipotv.rundir.rewrite`), every other line kept as it was."""
+    leave the file, rewritten whole (:func:`infinipotv.rundir.rewrite`), every other line kept as it was. A last
+    line cut short is dropped, with one warning unless its video is streamed again."""
+    cut = cut_step(path)
+    if cut is not None and cut[1] not in restream:
+        warn_cut(path, cut)
     cut_last_line(path)
     if not path.is_file():
         return
@@ -317,10 +314,12 @@ def _drop_partial_traces(path: Path, restream: set[str]) -> None:
 def _todo(run_dir: Path, samples: list[VideoSample], retry_errors: bool) -> set[str]:
     """The ids of the questions already answered: one record per question of this run is kept
     (:func:`infinipotv.rundir.sort_predictions`: a second answer, a foreign id or an unreadable line is set aside,
-    with one warning); with ``retry_errors`` the error records are dropped, so those questions run again."""
+    with one warning); with ``retry_errors`` the error records are dropped, so those questions run again. An answer
+    to a question whose annotation changed since (:func:`infinipotv.answers.changed`) is set aside too, and the
+    question answered again: the other answers stay valid, as each question leaves the memory as it found it."""
     path = run_dir / PREDICTIONS
-    known = {q.qid for s in samples for q in s.questions}
-    found = sort_predictions(path, known, drop_errors=retry_errors)
+    questions = {q.qid: q for s in samples for q in s.questions}
+    found = sort_predictions(path, questions, drop_errors=retry_errors, stale=lambda r: changed(r, questions))
     warning = found.warning(path)
     if warning:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
@@ -333,12 +332,16 @@ def run_job(cfg: RunConfig, run_dir: Path, finished: Callable[[RunConfig, Path, 
     """Run (or resume) one evaluation into ``run_dir``; returns the metrics.
 
     The run directory is held for this job alone and must hold this configuration (:func:`infinipotv.rundir.claim`,
-    :class:`RunDirError` otherwise, before anything is written). ``finished(cfg, run_dir, metrics)`` runs once the
-    local files are written, while the directory is still held: run.py passes experiment tracking
+    :class:`RunDirError` otherwise, before anything is written). A run whose every answer is an error raises
+    :class:`RunFailed` once its files are written. ``finished(cfg, run_dir, metrics)`` runs once the local files of
+    a run with a result are written, while the directory is still held: run.py passes experiment tracking
     (:func:`infinipotv.results.tracking.track_run`), so the job itself depends on nothing above it."""
     cfg = as_run_config(cfg)  # the policy parameters that run are the ones recorded
+    check_ours(run_dir)
     with claim(run_dir, OmegaConf.to_yaml(OmegaConf.structured(cfg)), _defaults(cfg)), _file_size_errors():
         metrics = _run(cfg, run_dir)
+        if "failed" in metrics:
+            raise RunFailed(f"{run_dir}: {metrics['failed']}; nothing scored (retry_errors=true answers them again)")
         if finished is not None:
             finished(cfg, run_dir, metrics)
         return metrics

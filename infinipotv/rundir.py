@@ -17,9 +17,8 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import socket
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +39,6 @@ REJECTED = "predictions.rejected.jsonl"
 LOCK = ".lock"
 #: Top-level config keys that say where and how a run is reported, not what it computes: a resume may change them.
 NOT_THE_RUN = ("run_dir", "tracking", "experiment", "table", "retry_errors", "threads")
-#: What a start leaves before its first answer (Hydra's record of the command, its log, the lock, the recorded config,
-#: empty run files): a directory holding nothing else holds no result, so a failed start may remove it.
-_STARTED = {".hydra", LOCK, CONFIG, PREDICTIONS, MEMORY}
-_HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}
 
 
 class RunDirError(RuntimeError):
@@ -154,18 +149,23 @@ def _held(run_dir: Path) -> RunDirError:
 
 def _check_config(run_dir: Path, config_yaml: str, defaults_yaml: str) -> None:
     path = run_dir / CONFIG
-    if path.is_file() and not _has_answers(run_dir):
-        try:
-            recorded_config(path)
-        except RunDirError:  # cut short by a start killed before atomic writes; no answer depends on it
-            rewrite(path, config_yaml)
-            return
+    if is_blank(path) and not _has_answers(run_dir):  # an empty file holds nothing to lose; any other is never replaced
+        rewrite(path, config_yaml)
+        return
     if not path.exists():
         rewrite(path, config_yaml)
         return
     problem = config_conflict(run_dir, config_yaml, defaults_yaml)
     if problem:
         raise RunDirError(problem)
+
+
+def is_blank(path: Path) -> bool:
+    """Whether ``path`` is a file holding nothing but white space."""
+    try:
+        return path.is_file() and not path.read_bytes().strip()
+    except OSError:
+        return False
 
 
 def _has_answers(run_dir: Path) -> bool:
@@ -329,11 +329,17 @@ class Sorted:
         )
 
 
-def sort_predictions(path: Path, known: Collection[str], drop_errors: bool = False) -> Sorted:
+def sort_predictions(
+    path: Path,
+    known: Collection[str],
+    drop_errors: bool = False,
+    stale: Callable[[dict[str, Any]], str | None] | None = None,
+) -> Sorted:
     """The answers a resume keeps: the last record of each question of this run (``known`` ids), as the aggregator
     reads the file. An answer a later one supersedes, an id the run does not ask, a line that is not a prediction,
-    and with ``drop_errors`` an error record (answered again) are not kept; all but the error records are set aside,
-    never deleted. A last line cut by a kill is
+    an answer ``stale`` says why to answer again (its question changed since), and with ``drop_errors`` an error
+    record (answered again) are not kept; all but the error records are set aside, never deleted. A last line cut by
+    a kill is
     dropped first (:func:`cut_last_line`). When anything is not kept the file is rewritten whole
     (:func:`rewrite`) after the set-aside lines are appended to ``predictions.rejected.jsonl``."""
     cut_last_line(path)
@@ -354,6 +360,8 @@ def sort_predictions(path: Path, known: Collection[str], drop_errors: bool = Fal
                 why = "not a prediction (no question_id)"
             elif why is None and str(qid) not in known:
                 why = f"question {qid!r} is not one of this run's"
+            elif why is None and stale is not None:
+                why = stale(record)
             if why is None and str(qid) in kept:
                 earlier = kept.pop(str(qid))[0]
                 set_aside.append((lines_of[str(qid)], earlier, f"answer to {qid!r} superseded by line {number}"))
@@ -380,33 +388,3 @@ def _append(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
     except OSError as err:
         raise unwritable(path, err) from None
-
-
-def discard_unused(run_dir: Path) -> bool:
-    """Remove ``run_dir`` if it holds nothing of a run, only what a start leaves before its first answer
-    (:data:`_STARTED`: Hydra's ``.hydra/`` and log, the lock, the recorded config, empty run files), so a run that
-    failed before its first question leaves no empty directory behind. A directory holding anything else, an answer
-    or a trace above all, is kept, and so is one another job holds. Returns whether it was removed."""
-    if not run_dir.is_dir():
-        return False
-    for entry in run_dir.iterdir():
-        if entry.name == ".hydra":
-            if not entry.is_dir() or not {e.name for e in entry.iterdir()} <= _HYDRA_FILES:
-                return False
-        elif entry.name in (PREDICTIONS, MEMORY):
-            if not entry.is_file() or entry.stat().st_size:
-                return False
-        elif entry.name not in _STARTED and not (entry.suffix == ".log" and entry.is_file()):
-            return False
-    try:
-        folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a job holding it may be loading its model: keep it
-        shutil.rmtree(run_dir)
-    except OSError:
-        return False
-    finally:
-        os.close(folder)
-    return True

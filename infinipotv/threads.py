@@ -51,6 +51,9 @@ def set_wait_default() -> None:
     """Apply :func:`wait_default` to this process's environment (and so its children's). Only a torch imported
     after it follows it: call it before the first ``import torch``."""
     os.environ.update(wait_default(os.environ))
+#: The most threads per core this process may run on: past it a count only slows the run down, and an absurd one
+#: (threads=100000) makes OpenMP fail to start its workers.
+PER_CORE = 4
 
 
 def available_cores() -> int:
@@ -76,9 +79,18 @@ def resolve(setting: str | int) -> int:
 
 
 def use_threads(setting: str | int) -> int:
-    """Set torch's intra-op threads for this process to ``resolve(setting)``; returns the count."""
+    """Set torch's intra-op threads for this process to ``resolve(setting)``; returns the count. A count above
+    :data:`PER_CORE` per core this process may run on is refused here, where the job runs, not when a sweep is
+    checked: the submitting machine's cores are not the node's."""
     import torch
 
     n = resolve(setting)
+    cores = available_cores()
+    if n > PER_CORE * cores:
+        given = f"threads={setting}" if str(setting).strip().lower() != AUTO else f"OMP_NUM_THREADS={n} (threads=auto)"
+        raise ConfigError(
+            f"{given} is more than {PER_CORE} threads per core of the {cores} this process may run on: give "
+            f"threads=auto (one per core) or a count up to {PER_CORE * cores}"
+        )
     torch.set_num_threads(n)
     return n

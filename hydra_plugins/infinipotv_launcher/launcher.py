@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -137,8 +138,24 @@ class _CheckedLaunch:
         return [returns[job.job_id] for job in jobs]
 
 
+class NoSlurm(CompactHydraException):
+    """A Slurm sweep on a machine without Slurm; Hydra prints this one line, without a traceback, and exits 1."""
+
+
 class SlurmLauncher(_CheckedLaunch, submitit_launcher.SlurmLauncher):
     """``hydra/launcher=slurm``: an sbatch array through submitit."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Refuse at once, in one line, where no Slurm is installed (submitit's own error is a 29-line traceback
+        after the sweep check)."""
+        missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
+        if missing:
+            raise NoSlurm(
+                f"no Slurm found here ({' and '.join(missing)} not on PATH): start the single-node one with "
+                f"`sudo slurm/start_slurm.sh` (slurm/README.md), or run the sweep on this machine with "
+                f"hydra/launcher=local in place of +cluster="
+            )
+        return super().launch(job_overrides, initial_job_idx)
 
 
 class LocalLauncher(_CheckedLaunch, submitit_launcher.LocalLauncher):

@@ -337,14 +337,19 @@ def merge_shards(shards: Sequence[Run]) -> Run:
 
 def load_runs(root: str | Path) -> list[Run]:
     """Every readable run under ``root``, shards merged, each flagged complete or with the problems that make it
-    partial (corrupt files skipped with a warning)."""
+    partial (corrupt files, and a run whose every answer is an error, skipped with a warning)."""
     root = Path(root)
     singles = []
     for run_dir in find_run_dirs(root):
         try:
-            singles.append(load_run(run_dir, root))
+            run = load_run(run_dir, root)
         except ValueError as err:  # an unreadable config.yaml: nothing says what this run was
             skip(f"{err}; run directory skipped")
+            continue
+        if run.metrics.get("failed"):  # every answer an error (answers.failure): its 0.0 is no score
+            skip(f"{run_dir}: the run failed: {run.metrics['failed']}; run directory skipped")
+            continue
+        singles.append(run)
     groups: dict[str, list[Run]] = {}
     runs = []
     for run in singles:

@@ -46,13 +46,15 @@ def test_streaming_questions_are_answered_before_later_frames(tmp_path: Path, mo
     seen: list[tuple[str, int, float]] = []
     ask = StreamingSession.ask
 
-    def spy(self, prompt, max_new_tokens):
-        seen.append((prompt, self.video.frames_seen, self.video.fps))
-        return ask(self, prompt, max_new_tokens)
+    def spy(self, prompt, max_new_tokens, frames=None, fps=None, stop=None):
+        # the frames streamed, and those since the last chunk boundary prefilled with the question
+        seen.append((prompt, self.video.frames_seen + (0 if frames is None else len(frames)), fps or self.video.fps))
+        return ask(self, prompt, max_new_tokens, frames, fps, stop)
 
     monkeypatch.setattr(StreamingSession, "ask", spy)
     run_job(run_config(bench), tmp_path / "run")
     stamps = [float(p.split("at 00:00:0")[1][0]) for p, _, _ in seen]
+    assert len(stamps) == 3  # the one whole video's questions (the other's video is missing, one row is bad)
     assert stamps == sorted(stamps), "questions of a video are asked in time order"
     n_frames = 6  # the fixture video: 3 s sampled at the model's 2 fps, frames at 0, 0.5, ... 2.5 s
     for (prompt, frames_seen, fps), t in zip(seen, stamps):
