@@ -51,6 +51,8 @@ def set_wait_default() -> None:
     """Apply :func:`wait_default` to this process's environment (and so its children's). Only a torch imported
     after it follows it: call it before the first ``import torch``."""
     os.environ.update(wait_default(os.environ))
+
+
 #: The most threads per core this process may run on: past it a count only slows the run down, and an absurd one
 #: (threads=100000) makes OpenMP fail to start its workers.
 PER_CORE = 4
