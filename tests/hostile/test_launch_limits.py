@@ -44,7 +44,7 @@ def test_a_thread_count_far_past_the_cores_is_one_line(tmp_path):
 
 def test_the_thread_limit_is_per_core_of_this_process(monkeypatch):
     monkeypatch.setattr("infinipotv.threads.available_cores", lambda: 2)
-    monkeypatch.setattr("infinipotv.threads.torch.set_num_threads", lambda n: None)
+    monkeypatch.setattr("torch.set_num_threads", lambda n: None)
     assert use_threads(2 * PER_CORE) == 2 * PER_CORE
     with pytest.raises(ConfigError, match=rf"threads={2 * PER_CORE + 1} is more .* a count up to {2 * PER_CORE}"):
         use_threads(2 * PER_CORE + 1)
