@@ -143,6 +143,17 @@ class HostStore:
             )
         ]
 
+    def splice(self, start: int, stop: int, tokens: Offloaded) -> None:
+        """Replace the stored tokens ``[start, stop)`` by ``tokens`` (any device; ``start == stop`` inserts), as one
+        segment (block rows are dropped, as by :meth:`keep`): StreamKV's merged frames and segment summaries."""
+        parts = []
+        for (name, dim), stored in zip(TOKEN_DIM.items(), self.all().tensors()):
+            new = getattr(tokens, name).to(self.home, stored.dtype)
+            rest = stored.shape[dim] - stop
+            joined = torch.cat([stored.narrow(dim, 0, start), new, stored.narrow(dim, stop, rest)], dim=dim)
+            parts.append(joined.pin_memory() if self.pinned else joined)
+        self._segments = [Offloaded(*parts)]
+
     def nbytes(self) -> dict[str, int]:
         """Bytes the offloaded tensors occupy, by part."""
         parts = {"keys": 0, "values": 0, "positions": 0, "block_keys": 0}
