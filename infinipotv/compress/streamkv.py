@@ -234,12 +234,14 @@ class StreamKV(RetrievalPolicy):
             raise ValueError("guidance is empty: give the guidance prompt's text (upstream's encode_prompt)")
 
     def validate(self, n_keep: int, tokens_per_frame: int, n_tokens: int) -> None:
+        """At startup: the forced recency must leave frames to rank. ``n_tokens - n_keep`` (|M| plus a chunk, less
+        |C|) is at least the retrieval buffer, so a ``retrieve_local`` refused here is refused at every chunk size."""
         super().validate(n_keep, tokens_per_frame, n_tokens)
-        buffer_frames = (n_tokens - n_keep) // tokens_per_frame  # |M| + a chunk - |C|: more than the buffer
-        if self.retrieve_local and self.retrieve_local >= buffer_frames:
+        most = (n_tokens - n_keep) // tokens_per_frame
+        if self.retrieve_local and self.retrieve_local >= most:
             raise ValueError(
-                f"retrieve_local={self.retrieve_local} forces at least every frame the retrieval buffer holds: set "
-                f"compress.retrieve_local below the buffer's frames, (|M| - |C|) / {tokens_per_frame}"
+                f"retrieve_local={self.retrieve_local} forces every frame the retrieval buffer holds (at most {most} "
+                f"frames of {tokens_per_frame} tokens): lower compress.retrieve_local or raise compress.budget"
             )
 
     def block_tokens(self, tokens_per_frame: int) -> int:
