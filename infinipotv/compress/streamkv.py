@@ -215,7 +215,6 @@ class StreamKV(RetrievalPolicy):
     positions: str = "contiguous"
 
     streaming = "streamkv"
-    cache_block_keys = False  # the host store is spliced (merges, compression, summaries): rows are read fresh
 
     def __post_init__(self) -> None:
         super().__post_init__()

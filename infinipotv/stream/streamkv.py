@@ -4,9 +4,10 @@ ReKV's streaming (:class:`~infinipotv.stream.retrieval.Retrieval`: every frame o
 a window of |C| tokens in the cache, blocks retrieved per layer at a question, re-rotated after the prefix), plus
 after each chunk, frame by frame, the semantic segmentation of :class:`~infinipotv.compress.streamkv.Segmenter`:
 
-- a frame joins the open segment (its block is already on the host, the last ones of every layer);
+- a frame joins the open segment (its block is already on the host with its row, the mean pre-RoPE key, as ReKV's:
+  the open segment and the frames after it are the last blocks of every layer);
 - past ``max_segment_size`` the two most similar adjacent frames are averaged in every layer's host store: their
-  pre-RoPE keys and their values, at the first frame's positions and ids;
+  pre-RoPE keys and their values, at the first frame's positions and ids, and their rows;
 - a segment closes: one transient forward of [summary frame | guidance prompt] on what the cache holds (prefix and
   window) gives the summary's keys and values (its K/V, kept) and the prompt's pre-RoPE queries (its K/V, dropped);
   the prompt scores the segment's frame blocks per layer, each layer keeps its ``reserved`` top frames of the
@@ -15,7 +16,9 @@ after each chunk, frame by frame, the semantic segmentation of :class:`~infinipo
 Accelerator memory is ReKV's: |C| window tokens while streaming (a close's forward is transient, as a question's:
 the summary and prompt tokens are not stored there) and |M| at an answer. The host holds the kept frames and
 summaries of every layer, plus the open segment's input embeddings (at most ``max_segment_size`` frames, for its
-summary), counted in the host bytes.
+summary), counted in the host bytes. Every splice (:meth:`HostStore.splice`) rewrites only the newest segments
+and keeps the rows, so neither a close nor a question copies the stream: a question scores the cached rows on the
+host, as ReKV's.
 """
 
 from __future__ import annotations
@@ -109,18 +112,22 @@ class StreamKVMethod(Retrieval):
         """Frames ``i`` and ``i + 1`` of the open segment averaged into frame ``i``'s place, in every layer."""
         a = self.adapter
         for host in video.host:
-            b = self._segment_start(host, per_frame, len(seg.ids), after) + i
-            span = slice(b * per_frame, (b + 2) * per_frame)
-            keys = host.stored("keys")[:, span].to(a.device)
-            positions = host.stored("positions")[:, span].to(a.device)
+            start = (self._segment_start(host, per_frame, len(seg.ids), after) + i) * per_frame
+            stop = start + 2 * per_frame
+            keys = host.read("keys", start, stop).to(a.device)
+            positions = host.read("positions", start, stop).to(a.device)
             pre_rope = a.rerotate(keys, positions, torch.zeros_like(positions)).float()
-            first, second = pre_rope[:, :per_frame], pre_rope[:, per_frame:]
+            mean = (pre_rope[:, :per_frame] + pre_rope[:, per_frame:]) / 2
             where = positions[:, :per_frame]
-            merged_k = a.rerotate(((first + second) / 2).to(keys.dtype), torch.zeros_like(where), where)
-            values = host.stored("values")[:, span].float()
-            merged_v = ((values[:, :per_frame] + values[:, per_frame:]) / 2).to(keys.dtype)
-            ids = host.stored("ids")[span][:per_frame]
-            host.splice(span.start, span.stop, Offloaded(merged_k, merged_v, ids, where))
+            values = host.read("values", start, stop).float()
+            merged = Offloaded(
+                a.rerotate(mean.to(keys.dtype), torch.zeros_like(where), where),
+                ((values[:, :per_frame] + values[:, per_frame:]) / 2).to(values.dtype),
+                host.read("ids", start, start + per_frame),
+                where,
+                block_means(mean, per_frame),
+            )
+            host.splice(start, stop, merged)
         seg.embeds[i] = ((seg.embeds[i].float() + seg.embeds[i + 1].float()) / 2).to(seg.embeds[i].dtype)
         for part in (seg.embeds, seg.positions, seg.ids):
             del part[i + 1]
@@ -144,43 +151,37 @@ class StreamKVMethod(Retrieval):
         embeds = torch.cat([e.to(parts_e[-1].dtype) for e in parts_e])
         with a.capture_queries() as captured, cache.transient():
             a.forward(embeds, torch.cat(parts_p, dim=1), cache, logits=False)
-            summaries = [
-                Offloaded(layer.tail[0][:, :n_summary], layer.tail[1][:, :n_summary], seg.ids[-1], seg.positions[-1])
-                for layer in cache.layers
-            ]
+            tails = [(layer.tail[0][:, :n_summary], layer.tail[1][:, :n_summary]) for layer in cache.layers]
         starts = [self._segment_start(host, per_frame, n_frames, after) for host in video.host]
+        rows = [host.block_keys()[start : start + n_frames] for host, start in zip(video.host, starts)]
         if r.compresses:
-            scores = [
-                r.guidance_scores(captured[layer][0][:, n_summary:], self._frame_rows(host, start, n_frames, per_frame))
-                for layer, (host, start) in enumerate(zip(video.host, starts))
-            ]
+            scores = [r.guidance_scores(captured[layer][0][:, n_summary:], rows[layer]) for layer in range(len(rows))]
             reserved = r.reserved(scores)
-        n_tokens = n_frames * per_frame
         for layer, (host, start) in enumerate(zip(video.host, starts)):
-            span = slice(start * per_frame, start * per_frame + n_tokens)
-            kept = Offloaded(*(host.stored(name).narrow(dim, span.start, n_tokens) for name, dim in TOKEN_DIM.items()))
+            first, stop = start * per_frame, (start + n_frames) * per_frame
+            kept = Offloaded(*(host.read(name, first, stop) for name in TOKEN_DIM), block_keys=rows[layer])
             if r.compresses:
                 frames = torch.topk(scores[layer], int(reserved[layer])).indices.sort().values.cpu()
                 tokens = (frames.view(-1, 1) * per_frame + torch.arange(per_frame)).view(-1)
                 kept = Offloaded(
-                    kept.keys.index_select(1, tokens),
-                    kept.values.index_select(1, tokens),
-                    kept.ids.index_select(0, tokens),
-                    kept.positions.index_select(1, tokens),
+                    *(
+                        kept_part.index_select(dim, tokens)
+                        for kept_part, dim in zip(kept.tensors(), TOKEN_DIM.values())
+                    ),
+                    block_keys=kept.block_keys.index_select(0, frames),
                 )
             if n_summary:
-                s = summaries[layer]
-                kept = Offloaded(
-                    *(
-                        torch.cat([mine, theirs.to(mine.device, mine.dtype)], dim=1 if mine.dim() > 1 else 0)
-                        for mine, theirs in zip(kept.tensors(), s.tensors())
-                    )
-                )
-            host.splice(span.start, span.stop, kept)
+                kept = self._with_summary(kept, tails[layer], seg)
+            host.splice(first, stop, kept)
 
-    def _frame_rows(self, host: HostStore, start: int, n_frames: int, per_frame: int) -> torch.Tensor:
-        """``[F, H_kv * D]``: the mean pre-RoPE key of each frame of a segment (upstream's ``block_k``)."""
-        span = slice(start * per_frame, (start + n_frames) * per_frame)
-        keys = host.stored("keys")[:, span].to(self.adapter.device)
-        positions = host.stored("positions")[:, span].to(self.adapter.device)
-        return block_means(self.adapter.rerotate(keys, positions, torch.zeros_like(positions)), per_frame)
+    def _with_summary(self, kept: Offloaded, summary: tuple[torch.Tensor, torch.Tensor], seg: OpenSegment) -> Offloaded:
+        """``kept`` then the summary frame (keys after RoPE at its segment's last frame's positions, and its row)."""
+        keys, values = summary
+        positions = seg.positions[-1]
+        row = block_means(self.adapter.rerotate(keys, positions, torch.zeros_like(positions)), keys.shape[1])
+        added = (keys, values, seg.ids[-1], positions)
+        parts = [
+            torch.cat([mine, theirs.to(mine.device, mine.dtype)], dim=dim)
+            for mine, theirs, dim in zip(kept.tensors(), added, TOKEN_DIM.values())
+        ]
+        return Offloaded(*parts, block_keys=torch.cat([kept.block_keys, row.to(kept.block_keys.device)]))

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from infinipotv.compress import build, compressed_size
+from infinipotv.compress.retrieval import block_means
 from infinipotv.compress.streamkv import StreamKV
 from infinipotv.kv import FullPrecisionStore
 from infinipotv.stream.reference import FAMILIES, tiny_adapter
@@ -116,3 +117,16 @@ def test_strict_budget_keeps_exactly_the_segment_share_over_the_layers():
         session = streamed(adapter, scenes(adapter, [5, 2]), **CUT, budget_mode=mode, compression_ratio=0.6)
         kept = sum(len(frame_ids(session, layer)) - 1 - 2 for layer in range(layers))  # minus summary, open frames
         assert (kept == int(layers * 5 * 0.6)) is exact, (mode, kept)
+
+
+@pytest.mark.parametrize("family", ["llava_ov", "qwen2vl"])  # 1-D RoPE, M-RoPE
+def test_the_cached_block_rows_are_the_mean_pre_rope_keys_of_what_the_host_holds(family):
+    """Merges, compressed segments and summaries splice the host store; each block's row (what a question scores,
+    kept on the host so the accelerator never holds the stream) must stay the mean of its frame's pre-RoPE keys."""
+    adapter = tiny_adapter(family)
+    session = streamed(adapter, scenes(adapter, [5, 3, 6]), **CUT, max_segment_size=3)
+    per_frame = session.video.grid[0] * session.video.grid[1]
+    for host in session.video.host:
+        keys, positions = host.stored("keys"), host.stored("positions")
+        pre_rope = adapter.rerotate(keys, positions, torch.zeros_like(positions))
+        torch.testing.assert_close(host.block_keys(), block_means(pre_rope, per_frame), atol=1e-5, rtol=1e-5)
