@@ -110,13 +110,13 @@ def test_a_subset_answers_each_question_as_the_full_run(tmp_path, full_run, symb
 
 
 # Methods whose guarantees run on the tiny Qwen2-VL (seconds a run) rather than SmolLM2: their streaming does not
-# depend on the model's RoPE (ReKV and StreamingTOM retrieve by query-key scores, StreamMem merges before the LLM);
-# StreamingVLM's renumbering does (1-D RoPE only), so it keeps the real model.
-ON_TINY = {"rekv", "streammem", "streamingtom"}
+# depend on the model's RoPE (ReKV, StreamKV and StreamingTOM retrieve by query-key scores, StreamMem merges before
+# the LLM); StreamingVLM's renumbering does (1-D RoPE only), so it keeps the real model.
+ON_TINY = {"rekv", "streammem", "streamingtom", "streamkv"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["rekv", "streammem", "streamingvlm", "streamingtom"])
+@pytest.mark.parametrize("method", ["rekv", "streammem", "streamingvlm", "streamingtom", "streamkv"])
 def test_a_streaming_method_keeps_the_guarantees(tmp_path, symbolic_data, method):
     """The field's streaming methods (docs/retrieval.md, docs/peers.md): ReKV (a window, every frame offloaded,
     blocks retrieved per question), StreamMem (a proxy pass and prototypes at every chunk, frames merged before

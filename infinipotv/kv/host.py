@@ -9,7 +9,7 @@ paper keeps its long-term memory on the GPU: ``compress.offload=false``).
 Every head holds the same tokens (a window moves whole tokens), so ids and positions are per token. Keys are kept as
 the cache holds them, after RoPE at ``positions``; a method strips or moves RoPE with ``adapter.rerotate`` (H5).
 Appends go to a list of segments (no copy of what is already offloaded: a stream only grows); :meth:`keep`
-compacts to one segment.
+compacts to one segment; :meth:`splice` (StreamKV) rewrites only the segments from the one it starts in.
 """
 
 from __future__ import annotations
@@ -142,6 +142,80 @@ class HostStore:
                 positions=everything.positions.index_select(1, index).contiguous(),
             )
         ]
+
+    def _segment_at(self, token: int) -> tuple[int, int]:
+        """The index of the segment holding stored token ``token`` (the number of segments past the end) and the
+        index of that segment's first token."""
+        first = 0
+        for i, seg in enumerate(self._segments):
+            n = seg.ids.numel()
+            if token < first + n:
+                return i, first
+            first += n
+        return len(self._segments), first
+
+    def read(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """One of ``keys``/``values``/``ids``/``positions`` of the stored tokens ``[start, stop)``, where they live,
+        reading only the segments that hold them (StreamKV reads its newest frames, not the stream)."""
+        dim = TOKEN_DIM[name]
+        i, first = self._segment_at(start)
+        parts = []
+        for seg in self._segments[i:]:
+            if first >= stop:
+                break
+            n = seg.ids.numel()
+            lo, hi = max(start - first, 0), min(stop - first, n)
+            parts.append(getattr(seg, name).narrow(dim, lo, hi - lo))
+            first += n
+        if not parts or first < stop:
+            raise IndexError(f"HostStore.read({name!r}, {start}, {stop}) past the {len(self)} stored tokens")
+        return _cat(parts, dim)
+
+    def splice(self, start: int, stop: int, tokens: Offloaded) -> None:
+        """Replace the stored tokens ``[start, stop)`` by ``tokens`` (any device; ``start == stop`` inserts):
+        StreamKV's merged frames, compressed segments and summaries. Only the segments from the one holding
+        ``start`` on are rewritten, as two (what they held before ``start``; ``tokens`` and what followed ``stop``),
+        so a splice among the newest tokens costs the newest segments, not the stream. Block rows are kept where
+        ``tokens`` and every rewritten segment have them, of one block size, and ``start``/``stop`` fall on block
+        boundaries."""
+        i, first = self._segment_at(start)
+        tail = self._segments[i:]
+        if not tail:  # at the end
+            if stop != start or start != len(self):
+                raise IndexError(f"HostStore.splice({start}, {stop}) past the {len(self)} stored tokens")
+            self.append(tokens)
+            return
+        lo, hi = start - first, stop - first
+        whole = {name: _cat([getattr(s, name) for s in tail], dim) for name, dim in TOKEN_DIM.items()}
+        if hi > whole["ids"].numel():
+            raise IndexError(f"HostStore.splice({start}, {stop}) past the {len(self)} stored tokens")
+        before, after = {}, {}
+        for name, dim in TOKEN_DIM.items():
+            stored = whole[name]
+            new = getattr(tokens, name).to(self.home, stored.dtype)
+            before[name] = stored.narrow(dim, 0, lo)
+            rest = stored.narrow(dim, hi, stored.shape[dim] - hi)
+            after[name] = torch.cat([new, rest], dim=dim)
+        rows_before = rows_after = None
+        block = tokens.ids.numel() // tokens.block_keys.shape[0] if tokens.block_keys is not None else 0
+        same = all(s.block_keys is not None and s.ids.numel() == block * s.block_keys.shape[0] for s in tail)
+        if block and same and lo % block == 0 and hi % block == 0:
+            rows = _cat([s.block_keys for s in tail], 0)
+            rows_before = rows[: lo // block]
+            rows_after = torch.cat([tokens.block_keys.to(self.home, rows.dtype), rows[hi // block :]])
+        pieces = [Offloaded(**before, block_keys=rows_before)] if lo else []
+        pieces.append(Offloaded(**after, block_keys=rows_after))
+        self._segments = self._segments[:i] + [self._own(p) for p in pieces if p.ids.numel()]
+
+    def _own(self, tokens: Offloaded) -> Offloaded:
+        """``tokens`` in tensors of their own (a slice of a rewritten segment must not keep all of it alive)."""
+
+        def own(t: torch.Tensor | None) -> torch.Tensor | None:
+            if t is None:
+                return None
+            return t.contiguous().pin_memory() if self.pinned else t.clone(memory_format=torch.contiguous_format)
+
+        return Offloaded(*(own(t) for t in tokens.tensors()[:4]), block_keys=own(tokens.block_keys))
 
     def nbytes(self) -> dict[str, int]:
         """Bytes the offloaded tensors occupy, by part."""

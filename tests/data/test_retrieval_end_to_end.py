@@ -1,5 +1,5 @@
 """The field's streaming methods through run_job on the tiny model of every family, on the toy data of every
-benchmark: ReKV and LiveVLM (docs/retrieval.md), StreamMem, StreamingVLM and StreamingTOM (docs/peers.md)."""
+benchmark: ReKV, LiveVLM and StreamKV (docs/retrieval.md), StreamMem, StreamingVLM and StreamingTOM (docs/peers.md)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from infinipotv.data.toy import BUILDERS
 from infinipotv.job import read_predictions, run_job
 from infinipotv.stream.reference import FAMILIES, tiny_config
 
-METHODS = ("rekv", "livevlm", "streammem", "streamingvlm", "streamingtom")
+METHODS = ("rekv", "livevlm", "streammem", "streamingvlm", "streamingtom", "streamkv")
 CASES = [(f, m, b) for f in FAMILIES for m in METHODS for b in sorted(BUILDERS)]
 # the rest are slow (tests/data/test_end_to_end.py covers the data; tests/stream/test_peer_methods.py the peers)
-FAST = {("llava_ov", "rekv", "videomme"), ("qwen2vl", "streamingtom", "videomme")}
+FAST = {("llava_ov", "rekv", "videomme"), ("qwen2vl", "streamingtom", "videomme"), ("qwen25vl", "streamkv", "videomme")}
 
 
 @pytest.mark.parametrize(
