@@ -49,7 +49,8 @@ class StreamingVLM(Policy):
     **A baseline, not StreamingVLM.** Its results come from its own fine-tuned checkpoint
     (``mit-han-lab/StreamingVLM``, trained for this cache); without that checkpoint, as here on every model, this is
     the inference policy only: an attention sink (the system prefix), the most recent ``|M| // p`` whole frames of
-    vision, evicted after every chunk (|M| + chunk -> |M|), and contiguous positions (``pos_mode="shrink"``,
+    vision, evicted before every chunk as upstream does (the chunk's forward reads the window, itself included: the
+    video memory never holds more than |M|), and contiguous positions (``pos_mode="shrink"``,
     upstream's default): after each eviction the survivors are re-rotated to follow the prefix, and the next chunk
     and the question continue from there. Query-agnostic; no attention weights.
 

@@ -1,6 +1,7 @@
 """A streaming method: what happens to the memory after each chunk, and which view of it a question reads.
 
-The session (:mod:`infinipotv.stream.session`) owns the order of events and the guarantees: a chunk is encoded and
+The session (:mod:`infinipotv.stream.session`) owns the order of events and the guarantees: a chunk is encoded,
+:meth:`StreamingMethod.before_chunk` may prune the memory (a method whose upstream evicts first), the chunk is
 prefilled into the cache with causal positions, then :meth:`StreamingMethod.after_chunk` shapes the memory; a
 question first asks :meth:`StreamingMethod.view` which view of the memory its prompt and answer read, then reads it
 in the cache's transient mode, so the memory after the answer is the memory before it and the stream stays fixed by
@@ -65,6 +66,12 @@ class StreamingMethod(ABC):
 
     def check_chunk(self, tokens: int, frames: int) -> None:
         """Fail on a chunk the method cannot take (before it is prefilled)."""
+
+    def before_chunk(self, video: VideoState, chunk: VisionChunk, clock: PassClock) -> None:
+        """Shape the memory before ``chunk`` (encoded and checked, not yet filtered) is prefilled: a method whose
+        upstream prunes first (StreamingVLM) evicts here, so the chunk's forward reads only what is kept. Timed and
+        counted through ``clock`` as in :meth:`after_chunk`. Not called for the frames a question prefills. Default:
+        nothing."""
 
     def before_prefill(
         self, video: VideoState, chunk: VisionChunk, token_ids: torch.Tensor, transient: bool

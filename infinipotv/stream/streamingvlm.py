@@ -1,5 +1,5 @@
-"""StreamingVLM's streaming (the rule: :class:`infinipotv.compress.streamingvlm.StreamingVLM`): after every chunk
-that takes the video memory past |M|, keep the prefix and the newest whole frames that fit in |M|; under
+"""StreamingVLM's streaming (the rule: :class:`infinipotv.compress.streamingvlm.StreamingVLM`): before every chunk
+that would take the video memory past |M|, keep the prefix and the newest whole frames that leave room for it; under
 ``pos_mode="shrink"`` on a 1-D RoPE model, chunks are prefilled right after the memory and the survivors of an
 eviction are re-rotated to follow the prefix, so the memory always sits at positions ``video_start ..`` in stream
 order and a question continues from its end.
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 @streaming_method("streamingvlm")
 class StreamingVLMMethod(StreamingMethod):
-    """Sink + recent frames, evicted at every chunk (H7), contiguous positions by re-rotation (H5)."""
+    """Sink + recent frames, evicted before every chunk that would take the memory past |M| (H7, upstream's
+    order), contiguous positions by re-rotation (H5)."""
 
     def __init__(
         self, policy: StreamingVLM, adapter: ModelAdapter, budget: int, c_ratio: float, byte_cap: ByteCap | None
@@ -45,6 +46,23 @@ class StreamingVLMMethod(StreamingMethod):
     def check_chunk(self, tokens: int, frames: int) -> None:
         self.schedule.check_chunk(tokens, frames)
 
+    def window_frames(self, per_frame: int) -> int:
+        """W: the whole frames |M| holds (a chunk's forward reads at most these, itself included)."""
+        return max(1, self.schedule.budget // per_frame)
+
+    def before_chunk(self, video: VideoState, chunk: VisionChunk, clock: PassClock) -> None:
+        """Upstream's order: the cache is pruned (``inference.py:L319-328``, eviction ``L141-160``), then the chunk
+        is prefilled (``L45``). So the memory keeps its newest W - (chunk's frames) frames first, the chunk's
+        forward reads exactly the window (itself included), and the video memory never holds more than |M|."""
+        per_frame = chunk.tokens_per_frame
+        room = self.window_frames(per_frame) - chunk.n_frames  # check_chunk: a chunk is at most |M|, so >= 0
+        if video.video_tokens <= room * per_frame:
+            return
+        clock.bytes_before = held_bytes(video)
+        with clock.timed():
+            self.evict(video, room)
+        clock.passes += 1
+
     def before_prefill(
         self, video: VideoState, chunk: VisionChunk, token_ids: torch.Tensor, transient: bool
     ) -> tuple[VisionChunk, torch.Tensor]:
@@ -63,26 +81,23 @@ class StreamingVLMMethod(StreamingMethod):
         clock: PassClock,
         queries: list[torch.Tensor] | None,
     ) -> None:
-        if self.schedule.due(video.video_tokens) is None:
-            return
-        clock.bytes_before = held_bytes(video)
-        with clock.timed():
-            self.evict(video)
-        clock.passes += 1
+        """Nothing: the memory was pruned before the chunk."""
 
     @torch.inference_mode()
-    def evict(self, video: VideoState) -> None:
-        """Keep the newest ``|M| // p`` frames in every layer and head (one set: the stores' ids agree)."""
+    def evict(self, video: VideoState, frames: int) -> None:
+        """Keep the newest ``frames`` whole frames in every layer and head (one set: the stores' ids agree)."""
         p = video.prefix_len
         per_frame = video.grid[0] * video.grid[1]
         ids = video.cache.stores[0].token_ids()[0, p:]
-        kept = window_keep(ids.long() // per_frame, max(1, self.schedule.budget // per_frame))
-        first, n = int(kept[0]), len(kept)  # the window is a suffix of the memory
+        n_video = len(ids)
+        first = n_video if frames < 1 else int(window_keep(ids.long() // per_frame, frames)[0])
+        n = n_video - first  # the window is a suffix of the memory
         device = ids.device
+        kept = torch.arange(first, n_video, device=device)
         for store in video.cache.stores:
             heads = store.token_ids().shape[0]
             prefix = torch.arange(p, device=device).expand(heads, p)
-            if not self.shrink:
+            if not self.shrink or not n:
                 store.keep(torch.cat([prefix, (kept + p).expand(heads, n)], dim=1))
                 continue
             keys, values = store.read()
