@@ -48,11 +48,15 @@ class View:
     the values as runs ``[H, N_i, D]`` on the accelerator, read in order (the stored prefix, then retrieved blocks,
     the window...; a run of the stored tensors is read in place), instead of what the store holds; the same total in
     every layer. ``start``: the position of the question's first token. ``nbytes``: the
-    accelerator bytes the view's own tensors occupy (a retrieval buffer), counted in the answer's memory."""
+    accelerator bytes the view's own tensors occupy (a retrieval buffer), counted in the answer's memory.
+    ``tail_placed``: the method's :meth:`StreamingMethod.before_prefill` already put the frames since the last
+    boundary where they follow the view (StreamingVLM's shrink); otherwise the session shifts them by ``start``
+    less the position they were encoded for."""
 
     layers: list[tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]]
     start: int
     nbytes: int
+    tail_placed: bool = False
 
 
 class StreamingMethod(ABC):
@@ -63,6 +67,13 @@ class StreamingMethod(ABC):
 
     def start(self, video: VideoState) -> None:
         """A new video starts (its cache holds the prefix): make per-video state (host stores...)."""
+
+    @classmethod
+    def check_byte_cap(cls) -> None:
+        """Fail (one line naming what to use instead) when the method cannot hold a budget given in bytes
+        (``compress.budget_mib``: after every step the stores, and the method's accelerator state, hold at most
+        :class:`~infinipotv.stream.schedule.ByteCap`'s ``cap``). Checked when the config is validated and when the
+        method is built with a cap. Default: it holds it."""
 
     def check_chunk(self, tokens: int, frames: int) -> None:
         """Fail on a chunk the method cannot take (before it is prefilled)."""
@@ -131,6 +142,8 @@ def build_method(
     kind = policy.streaming
     if kind not in STREAMING:
         raise ValueError(f"policy {policy.name!r} names streaming method {kind!r}; known: {', '.join(STREAMING)}")
+    if byte_cap is not None:
+        STREAMING[kind].check_byte_cap()
     return STREAMING[kind](policy, adapter, budget, c_ratio, byte_cap)
 
 

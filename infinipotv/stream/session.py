@@ -283,7 +283,8 @@ class StreamingSession:
         with cache.transient(view=None if view is None else view.layers):
             start = self.video.next_position if view is None else view.start
             if tail is not None:  # after a view, the frames since the boundary follow it (a shift of 0 in place)
-                positions = tail.positions + (start - self.video.next_position)
+                placed = view is not None and view.tail_placed
+                positions = tail.positions + (0 if placed else start - self.video.next_position)
                 a.forward(tail.embeds, positions, cache, logits=False)
                 start = max(start, int(positions.max()) + 1)
             logits = a.forward(a.embed_text(ids), a.text_positions(start, len(ids)), cache)[-1]

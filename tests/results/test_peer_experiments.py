@@ -32,7 +32,6 @@ PEERS = ["swa", "van", "tar_van", "van_pool", "tar_van_pool", "rekv", "livevlm",
 CLUSTER_SWEEPS = [  # experiments/peers_table.yaml's three sweeps, as its header gives them
     [],
     ["quant=int4", "compress=" + ",".join(PEERS[:-1])],
-    ["quant=int4", "compress=streamingvlm", "model=qwen2vl"],
     ["compress=full", "compress.budget=null"],
 ]
 
@@ -123,8 +122,7 @@ CLUSTER_CASES = [
     (["model=llava_ov"], {"llava_ov": (ALL, "fp16")}),
     (["model=qwen2vl", *CLUSTER_SWEEPS[1]], {"qwen2vl": (PEERS[:-1], "int4")}),
     (["model=llava_ov", *CLUSTER_SWEEPS[1]], {"llava_ov": (PEERS[:-1], "int4")}),
-    (CLUSTER_SWEEPS[2], {"qwen2vl": (["streamingvlm"], "int4")}),
-    (CLUSTER_SWEEPS[3], {"qwen2vl": (["full"], "fp16"), "llava_ov": (["full"], "fp16")}),
+    (CLUSTER_SWEEPS[2], {"qwen2vl": (["full"], "fp16"), "llava_ov": (["full"], "fp16")}),
 ]
 
 
@@ -149,7 +147,7 @@ def test_the_cluster_cases_are_the_documented_sweeps_and_every_table_row() -> No
     header = (ROOT / "experiments" / "peers_table.yaml").read_text()
     assert all(f"-m +experiment=peers_table {' '.join(c)}".rstrip() in header for c in CLUSTER_SWEEPS)
     covered = Counter((m, p, kv) for _, rows in CLUSTER_CASES for m, (ps, kv) in rows.items() for p in ps)
-    for model, int4 in (("qwen2vl", PEERS), ("llava_ov", PEERS[:-1])):  # StreamingVLM's INT4: M-RoPE only
+    for model, int4 in (("qwen2vl", PEERS[:-1]), ("llava_ov", PEERS[:-1])):  # StreamingVLM: no INT4 (shrink)
         wanted = {(model, p, "fp16") for p in [*ALL, "full"]} | {(model, p, "int4") for p in int4}
         assert {k for k in covered if k[0] == model} == wanted and set(covered.values()) == {1}
 
@@ -159,6 +157,7 @@ def test_the_cluster_cases_are_the_documented_sweeps_and_every_table_row() -> No
     [
         (["quant=int4", "compress=streamingtom", "model=qwen2vl"], "quant= does not apply"),
         (["quant=int4", "compress=streamingvlm", "model=llava_ov"], "pos_mode=shrink re-rotates stored keys"),
+        (["quant=int4", "compress=streamingvlm", "model=qwen2vl"], "pos_mode=shrink re-rotates stored keys"),
     ],
 )
 def test_the_int4_rows_a_method_cannot_take_are_refused(
