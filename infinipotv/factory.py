@@ -19,6 +19,7 @@ from infinipotv.data import BENCHMARKS, Benchmark
 from infinipotv.kv import cache_bytes, make_store_factory, tokens_for_bytes
 from infinipotv.kv.store import KVStore
 from infinipotv.models import ADAPTERS, ModelAdapter, ModelError
+from infinipotv.stream.method import STREAMING
 from infinipotv.stream.schedule import ByteCap
 from infinipotv.stream.session import StreamingSession
 
@@ -113,6 +114,7 @@ def validate(cfg: RunConfig) -> None:
         )
     contiguous = ADAPTERS[cfg.model.family].contiguous_positions
     _checked(lambda: policy.check_storage(cfg.quant.bits < 16, contiguous), "compress")
+    _check_byte_budget(cfg, policy)
     if cfg.eval.chunk_frames < 1:
         raise ConfigError(f"eval.chunk_frames={cfg.eval.chunk_frames} must be >= 1")
     _check_counts(cfg)
@@ -130,6 +132,13 @@ def validate(cfg: RunConfig) -> None:
     _checked(lambda: policy.check_chunk(cfg.eval.chunk_frames, adapter_cls.frames_per_step), None)
     if c.budget is not None and policy.evicts:
         check_budget(cfg, policy, c.budget, "compress.budget")
+
+
+def _check_byte_budget(cfg: RunConfig, policy: compress.Policy) -> None:
+    """A budget in bytes (``compress.budget_mib``) only for a streaming method that holds it after every step
+    (StreamingTOM's OQM grows with the stream: refused, naming the token budget instead)."""
+    if cfg.compress.budget_mib is not None and policy.evicts:
+        _checked(STREAMING[policy.streaming].check_byte_cap, None)
 
 
 def _check_counts(cfg: RunConfig) -> None:

@@ -2,12 +2,13 @@
 calls: an attention sink, the most recent vision, and contiguous positions.
 
 Upstream (``inference.py:L141-169``) keeps the system/previous-text sink, a text window and the last W one-second
-video chunks, evicting at every chunk; with ``pos_mode="shrink"`` (``streaming_args.py:L5-7``) it caches keys
-before RoPE and rotates the whole pruned cache at positions ``0..len-1`` at every step
-(``qwen2_5/model_forward.py:L101-110``), so the survivors sit at contiguous positions. Here the sink is the system
-prefix (the harness commits no other text: questions and answers are transient, and no commentary is generated),
-the window is counted in frames, and the stored keys, rotated at their old positions, are rotated again by the
-difference (exact for 1-D RoPE), which is what rotating pre-RoPE keys at the new positions gives.
+video chunks, evicting before every chunk; with ``pos_mode="shrink"`` (``streaming_args.py:L5-7``) it caches keys
+before RoPE and rotates the whole pruned cache at the positions the model's rule gives the pruned sequence at every
+step (``qwen2_5/model_forward.py:L101-110``, ``pos_emb.py:L44-158``), so the survivors sit at contiguous positions.
+Here the sink is the system prefix (the harness commits no other text: questions and answers are transient, and no
+commentary is generated), the window is counted in frames, and the stored keys, rotated at their old positions, are
+rotated again by the difference (per (t, h, w) section on M-RoPE), which is what rotating pre-RoPE keys at the new
+positions gives, up to rounding.
 """
 
 from __future__ import annotations
@@ -49,17 +50,22 @@ class StreamingVLM(Policy):
     **A baseline, not StreamingVLM.** Its results come from its own fine-tuned checkpoint
     (``mit-han-lab/StreamingVLM``, trained for this cache); without that checkpoint, as here on every model, this is
     the inference policy only: an attention sink (the system prefix), the most recent ``|M| // p`` whole frames of
-    vision, evicted after every chunk (|M| + chunk -> |M|), and contiguous positions (``pos_mode="shrink"``,
-    upstream's default): after each eviction the survivors are re-rotated to follow the prefix, and the next chunk
-    and the question continue from there. Query-agnostic; no attention weights.
+    vision, evicted before every chunk as upstream does (the chunk's forward reads the window, itself included: the
+    video memory never holds more than |M|), and contiguous positions (``pos_mode="shrink"``,
+    upstream's default): after each eviction the survivors are re-rotated to the positions the model's rule gives
+    a video made of them alone, right after the prefix (1-D RoPE: contiguous; M-RoPE: the (t, h, w) of a video
+    that began at the oldest survivor), and the next chunk and the question continue from there (the question by
+    the model's rule for text after a video). Query-agnostic; no attention weights.
 
-    Departures (docs/extending.md): the sink is the system prefix and there is no text window, because the harness
+    Departures (docs/peers.md): the sink is the system prefix and there is no text window, because the harness
     commits no other text (questions and answers are transient; upstream's 20-token commentary per chunk is not
     generated); the vision window is counted in frames of the memory budget |M| (upstream: 16 one-second chunks),
-    so every method holds the same accelerator tokens; upstream caches keys before RoPE and rotates the whole cache
-    at every step, here keys stay rotated and survivors are rotated by the shift (the same keys up to rounding;
-    exact in fp32), which needs full-precision storage (KIVI codes cannot be rotated without re-quantizing them);
-    on M-RoPE models (Qwen2-VL, Qwen2.5-VL) the positions stay the original ones (no contiguous (t, h, w) order).
+    so every method holds the same accelerator tokens; the held frames are numbered as one video that began at the
+    oldest survivor (upstream numbers each one-second chunk as its own video block, between text); upstream caches
+    keys before RoPE and rotates the whole cache at every step, here keys stay rotated and survivors are rotated by
+    the shift, per (t, h, w) section on Qwen2-VL and Qwen2.5-VL (the same keys up to rounding, measured in
+    docs/peers.md; exact in fp32), which needs full-precision storage (KIVI codes cannot be rotated without
+    re-quantizing them).
 
     Parameters:
         pos_mode: ``shrink`` (contiguous positions, upstream's default) or ``original`` (positions as streamed).
@@ -74,7 +80,7 @@ class StreamingVLM(Policy):
         check_choice("pos_mode", self.pos_mode, POS_MODES)
 
     def check_storage(self, quantized: bool, contiguous_positions: bool) -> None:
-        if quantized and contiguous_positions and self.pos_mode == "shrink":
+        if quantized and self.pos_mode == "shrink":
             raise ValueError(
                 "pos_mode=shrink re-rotates stored keys, which KIVI codes cannot take without re-quantizing: use "
                 "quant=fp16 (or bf16) or compress.pos_mode=original"

@@ -157,6 +157,15 @@ class ModelAdapter(ABC):
         index ``first_frame`` of a stream sampled at ``fps``; ``video_start`` is the position of the first vision
         token of the video. Must be causal: the result may not depend on frames outside the chunk."""
 
+    @abstractmethod
+    def frame_positions(
+        self, first_frame: int, n_frames: int, grid: tuple[int, int], fps: float, video_start: int
+    ) -> torch.Tensor:
+        """``[R, n_frames * h * w]``: the positions of ``n_frames`` model frames of ``grid`` = (h, w) tokens that
+        start at raw frame ``first_frame`` of a video sampled at ``fps`` whose first vision token sits at
+        ``video_start``, by the model's own rule. :meth:`encode_frames` places its chunks with it; StreamingVLM's
+        ``pos_mode=shrink`` renumbers its memory with it, as a video that began at its oldest frame (H5)."""
+
     # -- the language model ---------------------------------------------------------------------------------------
     @abstractmethod
     def language_model(self) -> torch.nn.Module:
@@ -183,8 +192,11 @@ class ModelAdapter(ABC):
         return positions.unsqueeze(1) if positions.shape[0] == 3 else positions
 
     # -- positions of cached keys (H5) and the queries of a forward (H1, H4) ------------------------------------------
-    #: Whether a method may move cached keys to new (contiguous) positions: a 1-D RoPE has one position per token;
-    #: M-RoPE's (t, h, w) rows have no contiguous order, so retrieval keeps the original positions there.
+    #: Whether retrieved keys may be read at contiguous text positions after the prefix (ReKV, LiveVLM): a 1-D RoPE
+    #: gives every token one position, so a run of retrieved tokens reads as a contiguous sequence. Under M-RoPE a
+    #: vision token's (t, h, w) is not a text position, so retrieval keeps the original positions there (a choice:
+    #: ReKV's released code re-positions only 1-D RoPE models). Frames renumbered as a video by the model's own
+    #: rule (:meth:`frame_positions`, StreamingVLM's shrink) need no such flag: every family defines it.
     contiguous_positions: ClassVar[bool] = True
 
     @torch.inference_mode()

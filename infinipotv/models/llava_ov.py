@@ -159,7 +159,13 @@ class LlavaOnevisionAdapter(ModelAdapter):
         with torch.inference_mode():
             feats = self.model.model.get_video_features(pixels).pooler_output
         embeds = feats[0, :-1]  # the trailing image_newline goes to the question suffix (see the module docstring)
-        per_frame = self.grid[0] * self.grid[1]
-        start = video_start + first_frame * per_frame
-        positions = torch.arange(start, start + embeds.shape[0], device=self.device).view(1, -1)
+        positions = self.frame_positions(first_frame, len(frames), self.grid, fps, video_start)
         return VisionChunk(embeds=embeds, positions=positions, grid=self.grid, n_frames=len(frames))
+
+    def frame_positions(
+        self, first_frame: int, n_frames: int, grid: tuple[int, int], fps: float, video_start: int
+    ) -> torch.Tensor:
+        """Sequential 1-D positions: frame t's tokens follow frame t - 1's."""
+        per_frame = grid[0] * grid[1]
+        start = video_start + first_frame * per_frame
+        return torch.arange(start, start + n_frames * per_frame, device=self.device).view(1, -1)

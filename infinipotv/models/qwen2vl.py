@@ -89,7 +89,7 @@ def tiny_qwen2vl_config(cfg: ModelSettings) -> PretrainedConfig:
 class Qwen2VLAdapter(ModelAdapter):
     family = "qwen2vl"
     frames_per_step = 2
-    contiguous_positions = False  # M-RoPE: retrieved keys keep their (t, h, w) positions (docs/extending.md)
+    contiguous_positions = False  # M-RoPE: retrieved keys keep their (t, h, w) positions (docs/retrieval.md)
     model_class = "Qwen2VLForConditionalGeneration"
 
     @classmethod
@@ -174,11 +174,18 @@ class Qwen2VLAdapter(ModelAdapter):
             feats = self.model.model.get_video_features(pixels.to(self.device, self.dtype), grid_thw).pooler_output
         embeds = torch.cat(list(feats), dim=0)
         m = self.vision_config.spatial_merge_size
-        lh, lw = gh // m, gw // m
+        grid = (gh // m, gw // m)
+        positions = self.frame_positions(first_frame, gt, grid, fps, video_start)
+        return VisionChunk(embeds=embeds, positions=positions, grid=grid, n_frames=gt)
+
+    def frame_positions(
+        self, first_frame: int, n_frames: int, grid: tuple[int, int], fps: float, video_start: int
+    ) -> torch.Tensor:
+        """M-RoPE: token (i, j) of model frame t at ``video_start + (temporal_positions(t), i, j)``."""
+        lh, lw = grid
         t0 = first_frame // self.frames_per_step
-        t = self.temporal_positions(torch.arange(t0, t0 + gt, device=self.device), fps)
-        ti = t.view(-1, 1, 1).expand(gt, lh, lw)
-        hi = torch.arange(lh, device=self.device).view(1, -1, 1).expand(gt, lh, lw)
-        wi = torch.arange(lw, device=self.device).view(1, 1, -1).expand(gt, lh, lw)
-        positions = torch.stack([ti, hi, wi]).reshape(3, -1) + video_start
-        return VisionChunk(embeds=embeds, positions=positions, grid=(lh, lw), n_frames=gt)
+        t = self.temporal_positions(torch.arange(t0, t0 + n_frames, device=self.device), fps)
+        ti = t.view(-1, 1, 1).expand(n_frames, lh, lw)
+        hi = torch.arange(lh, device=self.device).view(1, -1, 1).expand(n_frames, lh, lw)
+        wi = torch.arange(lw, device=self.device).view(1, 1, -1).expand(n_frames, lh, lw)
+        return torch.stack([ti, hi, wi]).reshape(3, -1) + video_start

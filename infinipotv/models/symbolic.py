@@ -228,9 +228,15 @@ class SymbolicAdapter(ModelAdapter):
         n, h, w = ids.shape
         with torch.inference_mode():
             embeds = self.embed_text(ids.reshape(-1).tolist())
-        p = h * w
-        frame = torch.arange(first_frame, first_frame + n, device=self.device).repeat_interleave(p)
-        slot = torch.arange(p, device=self.device).repeat(n)
-        step = 1 if self.positions == "diagonal" else p
-        positions = (video_start + frame * step + slot).view(1, -1)
+        positions = self.frame_positions(first_frame, n, (h, w), fps, video_start)
         return VisionChunk(embeds=embeds, positions=positions, grid=(h, w), n_frames=n)
+
+    def frame_positions(
+        self, first_frame: int, n_frames: int, grid: tuple[int, int], fps: float, video_start: int
+    ) -> torch.Tensor:
+        """``video_start + t * p + s`` (sequential) or ``video_start + t + s`` (diagonal) for token s of frame t."""
+        p = grid[0] * grid[1]
+        frame = torch.arange(first_frame, first_frame + n_frames, device=self.device).repeat_interleave(p)
+        slot = torch.arange(p, device=self.device).repeat(n_frames)
+        step = 1 if self.positions == "diagonal" else p
+        return (video_start + frame * step + slot).view(1, -1)

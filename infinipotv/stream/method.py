@@ -1,6 +1,7 @@
 """A streaming method: what happens to the memory after each chunk, and which view of it a question reads.
 
-The session (:mod:`infinipotv.stream.session`) owns the order of events and the guarantees: a chunk is encoded and
+The session (:mod:`infinipotv.stream.session`) owns the order of events and the guarantees: a chunk is encoded,
+:meth:`StreamingMethod.before_chunk` may prune the memory (a method whose upstream evicts first), the chunk is
 prefilled into the cache with causal positions, then :meth:`StreamingMethod.after_chunk` shapes the memory; a
 question first asks :meth:`StreamingMethod.view` which view of the memory its prompt and answer read, then reads it
 in the cache's transient mode, so the memory after the answer is the memory before it and the stream stays fixed by
@@ -44,11 +45,15 @@ class View:
     the values as runs ``[H, N_i, D]`` on the accelerator, read in order (the stored prefix, then retrieved blocks,
     the window...; a run of the stored tensors is read in place), instead of what the store holds; the same total in
     every layer. ``start``: the position of the question's first token. ``nbytes``: the
-    accelerator bytes the view's own tensors occupy (a retrieval buffer), counted in the answer's memory."""
+    accelerator bytes the view's own tensors occupy (a retrieval buffer), counted in the answer's memory.
+    ``tail_placed``: the method's :meth:`StreamingMethod.before_prefill` already put the frames since the last
+    boundary where they follow the view (StreamingVLM's shrink); otherwise the session shifts them by ``start``
+    less the position they were encoded for."""
 
     layers: list[tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]]
     start: int
     nbytes: int
+    tail_placed: bool = False
 
 
 class StreamingMethod(ABC):
@@ -60,8 +65,21 @@ class StreamingMethod(ABC):
     def start(self, video: VideoState) -> None:
         """A new video starts (its cache holds the prefix): make per-video state (host stores...)."""
 
+    @classmethod
+    def check_byte_cap(cls) -> None:
+        """Fail (one line naming what to use instead) when the method cannot hold a budget given in bytes
+        (``compress.budget_mib``: after every step the stores, and the method's accelerator state, hold at most
+        :class:`~infinipotv.stream.schedule.ByteCap`'s ``cap``). Checked when the config is validated and when the
+        method is built with a cap. Default: it holds it."""
+
     def check_chunk(self, tokens: int, frames: int) -> None:
         """Fail on a chunk the method cannot take (before it is prefilled)."""
+
+    def before_chunk(self, video: VideoState, chunk: VisionChunk, clock: PassClock) -> None:
+        """Shape the memory before ``chunk`` (encoded and checked, not yet filtered) is prefilled: a method whose
+        upstream prunes first (StreamingVLM) evicts here, so the chunk's forward reads only what is kept. Timed and
+        counted through ``clock`` as in :meth:`after_chunk`. Not called for the frames a question prefills. Default:
+        nothing."""
 
     def before_prefill(
         self, video: VideoState, chunk: VisionChunk, token_ids: torch.Tensor, transient: bool
@@ -121,6 +139,8 @@ def build_method(
     kind = policy.streaming
     if kind not in STREAMING:
         raise ValueError(f"policy {policy.name!r} names streaming method {kind!r}; known: {', '.join(STREAMING)}")
+    if byte_cap is not None:
+        STREAMING[kind].check_byte_cap()
     return STREAMING[kind](policy, adapter, budget, c_ratio, byte_cap)
 
 

@@ -7,7 +7,10 @@ At a question (:meth:`Retrieval.view`, H1): a retrieval forward of the question'
 what the cache holds, captures every layer's pre-RoPE queries; per layer the rule scores its blocks and picks them;
 the picked tokens are copied to the accelerator, re-rotated to contiguous positions after the prefix where the rule
 and the model allow (H5), and the prompt and answer read [prefix | retrieved | window if included]. Nothing is
-written: the memory after the answer is the memory before it.
+written: the memory after the answer is the memory before it. On M-RoPE (Qwen2-VL, Qwen2.5-VL) retrieved keys keep
+their original (t, h, w) positions, a choice: ReKV's and LiveVLM's position rules are written for 1-D RoPE, and
+scattered blocks renumbered as one video (as StreamingVLM's shrink renumbers its contiguous window, its upstream's
+rule) would be a rule neither upstream states.
 
 Accelerator memory: |C| window tokens while streaming (plus a chunk, fewer than |M| - |C|), |C| + |M| - |C| = |M|
 while answering (the window stays resident; the retrieval buffer is |M| - |C| tokens at most). The host holds the

@@ -135,8 +135,9 @@ class StreamingSession:
 
     # -- streaming ------------------------------------------------------------------------------------------------
     def _encode(self, frames: np.ndarray) -> None:
-        """One step: encode the chunk, prefill it, let the method shape the memory (a policy: compress when the
-        schedule says so, hold the byte cap), then record the step."""
+        """One step: encode the chunk, let the method prune before it (if its upstream does), prefill it, let the
+        method shape the memory (a policy: compress when the schedule says so, hold the byte cap), then record the
+        step."""
         a, v, method = self.adapter, self.video, self.method
         sync(a.device)
         t0 = time.perf_counter()
@@ -146,9 +147,11 @@ class StreamingSession:
         end = int(chunk.positions.max()) + 1
         clock = PassClock(a.device)
         ids = torch.arange(v.vision_tokens, v.vision_tokens + n)
+        held = v.video_tokens
         if method is not None:
+            method.before_chunk(v, chunk, clock)
             chunk, ids = method.before_prefill(v, chunk, ids, transient=False)
-        before = v.video_tokens + len(ids)
+        before = held + len(ids)  # what the memory would hold with the chunk, had nothing been pruned before it
         if method is not None and method.capture_chunk_queries:
             with a.capture_queries() as captured:
                 self._prefill(chunk.embeds, chunk.positions, ids)
@@ -255,7 +258,8 @@ class StreamingSession:
         with cache.transient(view=None if view is None else view.layers):
             start = self.video.next_position if view is None else view.start
             if tail is not None:  # after a view, the frames since the boundary follow it (a shift of 0 in place)
-                positions = tail.positions + (start - self.video.next_position)
+                placed = view is not None and view.tail_placed
+                positions = tail.positions + (0 if placed else start - self.video.next_position)
                 a.forward(tail.embeds, positions, cache, logits=False)
                 start = max(start, int(positions.max()) + 1)
             logits = a.forward(a.embed_text(ids), a.text_positions(start, len(ids)), cache)[-1]

@@ -39,6 +39,16 @@ class StreamingTOMMethod(StreamingMethod):
         self.budget = budget  # the tokens a question retrieves (|M|), dequantized on the accelerator
         self.window = budget if policy.window is None else policy.window
 
+    @classmethod
+    def check_byte_cap(cls) -> None:
+        """The OQM keeps every frame (it never evicts: upstream's design), so its bytes grow with the stream and
+        no cap in bytes can hold: a budget is the tokens a question retrieves."""
+        raise ValueError(
+            "compress=streamingtom cannot hold compress.budget_mib: its OQM keeps every frame and grows with the "
+            "stream; give compress.budget (tokens a question retrieves) instead, e.g. compress.budget_mib=null "
+            "compress.budget=6000"
+        )
+
     def to_oqm(self, video: VideoState, group_size: int) -> None:
         """Every layer's store becomes an OQM layer holding the prefix the session prefilled (at the first chunk,
         once G is known from the frame's grid)."""

@@ -1,8 +1,9 @@
-"""StreamingVLM's streaming (the rule: :class:`infinipotv.compress.streamingvlm.StreamingVLM`): after every chunk
-that takes the video memory past |M|, keep the prefix and the newest whole frames that fit in |M|; under
-``pos_mode="shrink"`` on a 1-D RoPE model, chunks are prefilled right after the memory and the survivors of an
-eviction are re-rotated to follow the prefix, so the memory always sits at positions ``video_start ..`` in stream
-order and a question continues from its end.
+"""StreamingVLM's streaming (the rule: :class:`infinipotv.compress.streamingvlm.StreamingVLM`): before every chunk
+that would take the video memory past |M|, keep the prefix and the newest whole frames that leave room for it; under
+``pos_mode="shrink"`` the memory always sits where a fresh session fed only its frames would put them (the model's
+own rule, ``adapter.frame_positions``: ``video_start ..`` in stream order on a 1-D RoPE, a video's (t, h, w) that
+begins at the oldest survivor on M-RoPE), survivors of an eviction are re-rotated there, the next chunk is
+prefilled right after them and a question continues from the memory's end.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 
 @streaming_method("streamingvlm")
 class StreamingVLMMethod(StreamingMethod):
-    """Sink + recent frames, evicted at every chunk (H7), contiguous positions by re-rotation (H5)."""
+    """Sink + recent frames, evicted before every chunk that would take the memory past |M| (H7, upstream's
+    order), contiguous positions by re-rotation (H5)."""
 
     def __init__(
         self, policy: StreamingVLM, adapter: ModelAdapter, budget: int, c_ratio: float, byte_cap: ByteCap | None
@@ -33,7 +35,7 @@ class StreamingVLMMethod(StreamingMethod):
         self.policy = policy
         self.adapter = adapter
         self.schedule = Schedule.per_chunk(budget, byte_cap)  # |M| + chunk -> |M|: c_ratio plays no part
-        self.shrink = policy.pos_mode == "shrink" and adapter.contiguous_positions
+        self.shrink = policy.pos_mode == "shrink"
 
     def start(self, video: VideoState) -> None:
         if self.shrink and not isinstance(video.cache.stores[0], FullPrecisionStore):
@@ -45,15 +47,39 @@ class StreamingVLMMethod(StreamingMethod):
     def check_chunk(self, tokens: int, frames: int) -> None:
         self.schedule.check_chunk(tokens, frames)
 
+    def window_frames(self, per_frame: int) -> int:
+        """W: the whole frames |M| holds (a chunk's forward reads at most these, itself included)."""
+        return max(1, self.schedule.budget // per_frame)
+
+    def held_positions(self, video: VideoState, frames: int) -> torch.Tensor:
+        """Shrink: the positions of a memory of ``frames`` model frames, those a fresh session fed only them
+        gives (a video that began at the oldest)."""
+        return self.adapter.frame_positions(0, frames, video.grid, video.fps, video.video_start)
+
+    def before_chunk(self, video: VideoState, chunk: VisionChunk, clock: PassClock) -> None:
+        """Upstream's order: the cache is pruned (``inference.py:L319-328``, eviction ``L141-160``), then the chunk
+        is prefilled (``L45``). So the memory keeps its newest W - (chunk's frames) frames first, the chunk's
+        forward reads exactly the window (itself included), and the video memory never holds more than |M|."""
+        per_frame = chunk.tokens_per_frame
+        room = self.window_frames(per_frame) - chunk.n_frames  # check_chunk: a chunk is at most |M|, so >= 0
+        if video.video_tokens <= room * per_frame:
+            return
+        clock.bytes_before = held_bytes(video)
+        with clock.timed():
+            self.evict(video, room)
+        clock.passes += 1
+
     def before_prefill(
         self, video: VideoState, chunk: VisionChunk, token_ids: torch.Tensor, transient: bool
     ) -> tuple[VisionChunk, torch.Tensor]:
-        """Shrink: a chunk is prefilled right after the memory (its own layout kept). Frames prefilled with a
-        question are moved by the session with the question's view."""
-        if not self.shrink or transient:
+        """Shrink: a chunk (or a question's frames since the boundary) is placed where a fresh session fed the
+        memory's frames would place the frames after them."""
+        if not self.shrink:
             return chunk, token_ids
-        shift = video.video_start + video.video_tokens - int(chunk.positions.min())
-        return replace(chunk, positions=chunk.positions + shift), token_ids
+        held = video.video_tokens // chunk.tokens_per_frame
+        first = held * self.adapter.frames_per_step
+        positions = self.adapter.frame_positions(first, chunk.n_frames, chunk.grid, video.fps, video.video_start)
+        return replace(chunk, positions=positions), token_ids
 
     def after_chunk(
         self,
@@ -63,38 +89,53 @@ class StreamingVLMMethod(StreamingMethod):
         clock: PassClock,
         queries: list[torch.Tensor] | None,
     ) -> None:
-        if self.schedule.due(video.video_tokens) is None:
+        """Under a byte cap (``compress.budget_mib``), the oldest frames go until the stores hold at most the cap:
+        KIVI's key groups thinned by eviction keep their scale/zero rows, so |M| tokens can occupy more bytes than
+        the formula that turned the budget into |M| (full precision never does). Otherwise nothing: the memory was
+        pruned before the chunk."""
+        cap = self.schedule.byte_cap
+        if cap is None:
             return
-        clock.bytes_before = held_bytes(video)
-        with clock.timed():
-            self.evict(video)
-        clock.passes += 1
+        per_frame = chunk.tokens_per_frame
+        while (held := held_bytes(video)) > cap.cap and video.video_tokens:
+            if not clock.passes:
+                clock.bytes_before = held
+            with clock.timed():
+                self.evict(video, video.video_tokens // per_frame - 1)
+            clock.passes += 1
 
     @torch.inference_mode()
-    def evict(self, video: VideoState) -> None:
-        """Keep the newest ``|M| // p`` frames in every layer and head (one set: the stores' ids agree)."""
+    def evict(self, video: VideoState, frames: int) -> None:
+        """Keep the newest ``frames`` whole frames in every layer and head (one set: the stores' ids agree); under
+        shrink, the survivors are re-rotated from their positions in the memory to those of a video that begins
+        with them."""
         p = video.prefix_len
         per_frame = video.grid[0] * video.grid[1]
         ids = video.cache.stores[0].token_ids()[0, p:]
-        kept = window_keep(ids.long() // per_frame, max(1, self.schedule.budget // per_frame))
-        first, n = int(kept[0]), len(kept)  # the window is a suffix of the memory
+        n_video = len(ids)
+        first = n_video if frames < 1 else int(window_keep(ids.long() // per_frame, frames)[0])
+        n = n_video - first  # the window is a suffix of the memory
         device = ids.device
+        kept = torch.cat([torch.arange(p, device=device), torch.arange(p + first, p + n_video, device=device)])
+        if not self.shrink or not n:
+            for store in video.cache.stores:
+                store.keep(kept.expand(store.token_ids().shape[0], -1))
+            return
+        old = self.held_positions(video, n_video // per_frame)[:, first:]
+        new = self.held_positions(video, n // per_frame)
         for store in video.cache.stores:
-            heads = store.token_ids().shape[0]
-            prefix = torch.arange(p, device=device).expand(heads, p)
-            if not self.shrink:
-                store.keep(torch.cat([prefix, (kept + p).expand(heads, n)], dim=1))
-                continue
             keys, values = store.read()
             k, v, own = keys[:, p + first :], values[:, p + first :], store.token_ids()[0, p + first :]
-            old = (video.video_start + first + torch.arange(n, device=device)).view(1, n)
-            moved = self.adapter.rerotate(k, old, old - first)
-            store.keep(prefix)
+            moved = self.adapter.rerotate(k, old, new)
+            store.keep(kept[:p].expand(keys.shape[0], p))
             store.append(moved, v, own)
 
     def view(self, video: VideoState, question_ids: list[int]) -> View | None:
-        """Shrink: the whole memory, the question right after it (its end moves back at every eviction)."""
+        """Shrink: the whole memory, the question after it by the model's rule for text after a video (the largest
+        position + 1); the frames since the boundary are placed by :meth:`before_prefill`."""
         if not self.shrink:
             return None
         layers = [store.read() for store in video.cache.stores]  # the stored tensors themselves: no new bytes
-        return View(layers, start=video.video_start + video.video_tokens, nbytes=0)
+        held = video.video_tokens // (video.grid[0] * video.grid[1]) if video.grid is not None else 0
+        start = int(self.held_positions(video, held).max()) + 1 if held else video.video_start
+        return View(layers, start=start, nbytes=0, tail_placed=True)

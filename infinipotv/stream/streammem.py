@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 
 @streaming_method("streammem")
 class StreamMemMethod(StreamingMethod):
-    """Proxy-attention selection with frame merging and prototypes, at every chunk."""
+    """Proxy-attention selection with frame merging and prototypes, at every chunk, after its prefill: the paper
+    scores old memory and new clip together (keep top-k of their union), so it selects after the clip, not before
+    it as StreamingVLM evicts."""
 
     def __init__(
         self, policy: StreamMem, adapter: ModelAdapter, budget: int, c_ratio: float, byte_cap: ByteCap | None

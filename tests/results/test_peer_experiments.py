@@ -34,7 +34,6 @@ INT4_CLUSTER = [*PEERS[:-1], *CLUSTER_ONLY]
 CLUSTER_SWEEPS = [  # experiments/peers_table.yaml's three sweeps, as its header gives them
     [],
     ["quant=int4", "compress=" + ",".join(INT4_CLUSTER)],
-    ["quant=int4", "compress=streamingvlm", "model=qwen2vl"],
     ["compress=full", "compress.budget=null"],
 ]
 
@@ -126,8 +125,7 @@ CLUSTER_CASES = [
     (["model=llava_ov"], {"llava_ov": (CLUSTER_ALL, "fp16")}),
     (["model=qwen2vl", *CLUSTER_SWEEPS[1]], {"qwen2vl": (INT4_CLUSTER, "int4")}),
     (["model=llava_ov", *CLUSTER_SWEEPS[1]], {"llava_ov": (INT4_CLUSTER, "int4")}),
-    (CLUSTER_SWEEPS[2], {"qwen2vl": (["streamingvlm"], "int4")}),
-    (CLUSTER_SWEEPS[3], {"qwen2vl": (["full"], "fp16"), "llava_ov": (["full"], "fp16")}),
+    (CLUSTER_SWEEPS[2], {"qwen2vl": (["full"], "fp16"), "llava_ov": (["full"], "fp16")}),
 ]
 
 
@@ -152,9 +150,8 @@ def test_the_cluster_cases_are_the_documented_sweeps_and_every_table_row() -> No
     header = (ROOT / "experiments" / "peers_table.yaml").read_text()
     assert all(f"-m +experiment=peers_table {' '.join(c)}".rstrip() in header for c in CLUSTER_SWEEPS)
     covered = Counter((m, p, kv) for _, rows in CLUSTER_CASES for m, (ps, kv) in rows.items() for p in ps)
-    # StreamingVLM's INT4: M-RoPE only
-    for model, int4 in (("qwen2vl", [*INT4_CLUSTER, "streamingvlm"]), ("llava_ov", INT4_CLUSTER)):
-        wanted = {(model, p, "fp16") for p in [*CLUSTER_ALL, "full"]} | {(model, p, "int4") for p in int4}
+    for model in ("qwen2vl", "llava_ov"):  # StreamingVLM: no INT4 (shrink)
+        wanted = {(model, p, "fp16") for p in [*CLUSTER_ALL, "full"]} | {(model, p, "int4") for p in INT4_CLUSTER}
         assert {k for k in covered if k[0] == model} == wanted and set(covered.values()) == {1}
 
 
@@ -163,6 +160,7 @@ def test_the_cluster_cases_are_the_documented_sweeps_and_every_table_row() -> No
     [
         (["quant=int4", "compress=streamingtom", "model=qwen2vl"], "quant= does not apply"),
         (["quant=int4", "compress=streamingvlm", "model=llava_ov"], "pos_mode=shrink re-rotates stored keys"),
+        (["quant=int4", "compress=streamingvlm", "model=qwen2vl"], "pos_mode=shrink re-rotates stored keys"),
     ],
 )
 def test_the_int4_rows_a_method_cannot_take_are_refused(

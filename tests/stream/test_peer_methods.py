@@ -243,12 +243,22 @@ STORAGE_REFUSALS = [
 
 @pytest.mark.parametrize(("overrides", "fix"), STORAGE_REFUSALS)
 def test_a_storage_the_method_cannot_use_is_a_config_error(overrides: list[str], fix: str) -> None:
-    """Refused when the config is validated, before any model loads; a model that keeps its positions may store
-    StreamingVLM's memory in KIVI codes (nothing is re-rotated there)."""
+    """Refused when the config is validated, before any model loads, on every model (M-RoPE re-rotates too);
+    StreamingVLM with its original positions may store its memory in KIVI codes (nothing is re-rotated)."""
     with pytest.raises(ConfigError) as refused:
         validate(compose_run(*overrides))
     assert fix in str(refused.value) and "\n" not in str(refused.value)
-    validate(compose_run("compress=streamingvlm", "quant=int4", "model=tiny_qwen2vl", "compress.budget=96"))
+    with pytest.raises(ConfigError, match="compress.pos_mode=original"):
+        validate(compose_run("compress=streamingvlm", "quant=int4", "model=tiny_qwen2vl", "compress.budget=96"))
+    validate(
+        compose_run(
+            "compress=streamingvlm",
+            "compress.pos_mode=original",
+            "quant=int4",
+            "model=tiny_qwen2vl",
+            "compress.budget=96",
+        )
+    )
 
 
 @pytest.mark.slow
