@@ -44,7 +44,7 @@ def test_a_bad_knob_is_refused_in_one_line(override, needle):
 
 def test_a_forced_recency_filling_the_buffer_stops_before_any_video(tmp_path):
     run_dir = tmp_path / "run"
-    data = [f"benchmark.root={tmp_path / 'data'}", "benchmark.options.n_videos=1", "benchmark.options.frames=8"]
+    data = [f"benchmark.root={tmp_path / 'data'}", "benchmark.options.n_videos=1", "benchmark.options.frames=48"]
     out = run_py(*TINY, "compress.retrieve_local=6", *data, f"run_dir={run_dir}")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     said = [line for line in out.stderr.strip().splitlines() if not line.startswith("run directory: ")]
