@@ -128,6 +128,8 @@ def _record(
         # accelerator bytes while answering: the stores, the method's own and the view's (retrieved blocks)
         "accelerator_bytes": answer.accelerator_bytes if answer else None,
     }
+    if answer is not None and answer.gate is not None:  # an answer-time branch: which ran, and why (WeaveTime)
+        rec["gate"] = answer.gate
     if answer is not None and answer.reference is not None:
         ref = answer.reference
         rec["reference"] = {
@@ -270,6 +272,10 @@ def _metrics(
             "byte_cap_passes": sum(p.get("passes", 1) - 1 for p in passes),  # further passes a byte cap asked for
         },
     }
+    gates = Counter(r["gate"]["branch"] for r in records if "gate" in r)
+    if gates:  # the share of answers each branch of an answer-time gate gave (WeaveTime's retrieval share)
+        total = sum(gates.values())
+        metrics["gate"] = {**dict(sorted(gates.items())), "n": total, "retrieval_share": gates["retrieval"] / total}
     if refs:
         metrics["reference"] = {
             "agreement": 100.0 * sum(r["agree"] for r in refs) / len(refs),

@@ -19,10 +19,12 @@ from infinipotv.compress import (
     policy_params,
     resolve_params,
 )
+from infinipotv.compress.retrieval import RetrievalPolicy
 
 N_LAYERS = 6  # not a multiple of 4: every layer_quartile group boundary is exercised
 HEAD_INDEPENDENT = {"full", "uniform_frames", "uniform_tokens", "swa"}  # positional: same choice in every head
-HEAD_INDEPENDENT |= {name for name, cls in POLICIES.items() if cls.streaming == "retrieval"}  # a window of whole tokens
+# a retrieval window of whole tokens (ReKV, LiveVLM, WeaveTime)
+HEAD_INDEPENDENT |= {name for name, cls in POLICIES.items() if issubclass(cls, RetrievalPolicy)}
 HEAD_INDEPENDENT |= {"streamingvlm"}  # the newest whole frames
 # Rules that choose from what the stored tensors cannot tell: StreamMem's proxy queries, StreamingTOM's cut before
 # the LLM. Their streaming methods call them (tests/stream/test_peer_methods.py, the transcription tests).
