@@ -8,9 +8,13 @@ import math
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 
 from infinipotv.compress import build
 from infinipotv.compress.weavetime import coarse_to_fine, kv_queries, top_entropy
+from infinipotv.config import ConfigError, register_configs
+from infinipotv.factory import as_run_config, validate
+from tests.helpers import ROOT
 
 # T2: two query tokens in a 2-d KV space, five blocks of two tokens each.
 Q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
@@ -138,3 +142,27 @@ def test_a_stream_the_blocks_cannot_cut_is_refused():
     with pytest.raises(ValueError, match=r"exceeds the retrieval buffer \|M\| - \|C\| = 16"):
         weave.check_stream(2, 16, 64, 48)
     weave.check_stream(4, 16, 96, 48)
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (
+            ["model=tiny_llava_ov", "eval.chunk_frames=3", "compress.block_frames=2"],
+            "compress: a chunk of 3 model frames cannot be cut into blocks of block_frames=2",
+        ),
+        (  # Qwen2-VL merges two raw frames: 4 raw frames are 2 model frames
+            ["model=tiny_qwen2vl", "eval.chunk_frames=4", "compress.block_frames=4"],
+            "a chunk of 2 model frames cannot be cut into blocks of block_frames=4",
+        ),
+        (["model=tiny_qwen2vl", "compress.threshold=1.2"], r"compress: threshold=1.2 must be in \[0.0, 1.0\]"),
+    ],
+)
+def test_a_bad_stream_or_knob_is_refused_when_the_config_is_checked(overrides, needle):
+    """Through Hydra and the factory's check, before any model loads or video streams."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        base = ["compress=weavetime", "compress.budget=192", "compress.c_ratio=0.5"]
+        cfg = as_run_config(compose("config", overrides=[*base, *overrides]))
+    with pytest.raises(ConfigError, match=needle):
+        validate(cfg)
