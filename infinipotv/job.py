@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 from infinipotv.config import RunConfig
 from infinipotv.data import Benchmark, Question, VideoSample
 from infinipotv.data.frames import FrameSource, SourcesAhead
+from infinipotv.data.scoring import gate_counts
 from infinipotv.data.subset import describe, select
 from infinipotv.data.video import FramePlan
 from infinipotv.factory import Parts, as_run_config, build_benchmark, build_parts
@@ -272,10 +273,9 @@ def _metrics(
             "byte_cap_passes": sum(p.get("passes", 1) - 1 for p in passes),  # further passes a byte cap asked for
         },
     }
-    gates = Counter(r["gate"]["branch"] for r in records if "gate" in r)
-    if gates:  # the share of answers each branch of an answer-time gate gave (WeaveTime's retrieval share)
-        total = sum(gates.values())
-        metrics["gate"] = {**dict(sorted(gates.items())), "n": total, "retrieval_share": gates["retrieval"] / total}
+    gate = gate_counts(records)
+    if gate is not None:  # the answers each branch of an answer-time gate gave (WeaveTime's retrieval share)
+        metrics["gate"] = gate
     if refs:
         metrics["reference"] = {
             "agreement": 100.0 * sum(r["agree"] for r in refs) / len(refs),

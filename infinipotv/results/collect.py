@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from infinipotv.data.rescore import benchmark_config, read_config, read_json_object, read_predictions, skip
+from infinipotv.data.scoring import gate_counts
 from infinipotv.data.subset import describe, parse_shard
 from infinipotv.results.scoring import ScorerError, flatten_scores, has_scorer, score_records, score_weights
 from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE
@@ -270,6 +271,10 @@ def merge_shards(shards: Sequence[Run]) -> Run:
     run_id = f"{shards[0].id} [{len(shards)} of {total} shards]"
     dirs = tuple(d for s in shards for d in s.dirs)
     subset = metrics["subset"]["is_subset"]
+    metrics.pop("gate", None)  # shard 0's: counted again over every shard's answers
+    gate = gate_counts(predictions)
+    if gate is not None:
+        metrics["gate"] = gate
     metrics = with_rates(metrics)
     return Run(dirs, run_id, config, predictions, scores, metrics, provenance, not problems, subset, problems)
 
