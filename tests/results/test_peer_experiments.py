@@ -29,9 +29,10 @@ from infinipotv.results.tables import matches
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ["swa", "van", "tar_van", "van_pool", "tar_van_pool", "rekv", "livevlm", "streammem", "streamingvlm"]
+FIELD2 = ["weavetime"]  # issue 43's methods: in the cluster table (FP16 and INT4), not in the CPU study
 CLUSTER_SWEEPS = [  # experiments/peers_table.yaml's three sweeps, as its header gives them
     [],
-    ["quant=int4", "compress=" + ",".join(PEERS[:-1])],
+    ["quant=int4", "compress=" + ",".join([*PEERS[:-1], *FIELD2])],
     ["quant=int4", "compress=streamingvlm", "model=qwen2vl"],
     ["compress=full", "compress.budget=null"],
 ]
@@ -119,10 +120,10 @@ BENCHMARKS = ("mlvu", "videomme", "streamingbench")
 # peers_table's sweeps split by model (a sweep over both models is these two), with the rows each fills: model ->
 # (methods, storage); both of the model's tables (accuracy, cost) take each job
 CLUSTER_CASES = [
-    (["model=qwen2vl"], {"qwen2vl": (ALL, "fp16")}),
-    (["model=llava_ov"], {"llava_ov": (ALL, "fp16")}),
-    (["model=qwen2vl", *CLUSTER_SWEEPS[1]], {"qwen2vl": (PEERS[:-1], "int4")}),
-    (["model=llava_ov", *CLUSTER_SWEEPS[1]], {"llava_ov": (PEERS[:-1], "int4")}),
+    (["model=qwen2vl"], {"qwen2vl": ([*ALL, *FIELD2], "fp16")}),
+    (["model=llava_ov"], {"llava_ov": ([*ALL, *FIELD2], "fp16")}),
+    (["model=qwen2vl", *CLUSTER_SWEEPS[1]], {"qwen2vl": ([*PEERS[:-1], *FIELD2], "int4")}),
+    (["model=llava_ov", *CLUSTER_SWEEPS[1]], {"llava_ov": ([*PEERS[:-1], *FIELD2], "int4")}),
     (CLUSTER_SWEEPS[2], {"qwen2vl": (["streamingvlm"], "int4")}),
     (CLUSTER_SWEEPS[3], {"qwen2vl": (["full"], "fp16"), "llava_ov": (["full"], "fp16")}),
 ]
@@ -141,6 +142,8 @@ def test_every_job_of_the_cluster_table_composes_passes_the_sweep_check_and_fill
         for policy in methods
         for benchmark in BENCHMARKS
     }
+    gated = [(p, kv) for methods, kv in rows.values() for p in methods if p in FIELD2]
+    expected.update({("weavetime_gate", p, kv, b): 1 for p, kv in gated for b in BENCHMARKS})  # a row per model, KV
     assert dict(_rows_filled("peers_table", jobs)) == expected
 
 
@@ -150,7 +153,7 @@ def test_the_cluster_cases_are_the_documented_sweeps_and_every_table_row() -> No
     assert all(f"-m +experiment=peers_table {' '.join(c)}".rstrip() in header for c in CLUSTER_SWEEPS)
     covered = Counter((m, p, kv) for _, rows in CLUSTER_CASES for m, (ps, kv) in rows.items() for p in ps)
     for model, int4 in (("qwen2vl", PEERS), ("llava_ov", PEERS[:-1])):  # StreamingVLM's INT4: M-RoPE only
-        wanted = {(model, p, "fp16") for p in [*ALL, "full"]} | {(model, p, "int4") for p in int4}
+        wanted = {(model, p, "fp16") for p in [*ALL, *FIELD2, "full"]} | {(model, p, "int4") for p in [*int4, *FIELD2]}
         assert {k for k in covered if k[0] == model} == wanted and set(covered.values()) == {1}
 
 
