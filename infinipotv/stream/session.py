@@ -287,7 +287,7 @@ class StreamingSession:
                 with a.capture_queries() if branch else nullcontext() as captured:
                     logits, position = self._prompt(cache, view, tail, ids)
                 if branch:
-                    branch, (second, gate) = False, method.reconsider(self.video, logits, [q[0] for q in captured])
+                    branch, (second, gate) = False, method.reconsider(self.video, logits, [q[-1] for q in captured])
                     if second is not None:
                         view = second
                         continue  # the first forward's cache is dropped; the prompt is prefilled on the second view

@@ -19,6 +19,7 @@ from infinipotv.kv.host import HostStore
 from infinipotv.models import ADAPTERS
 from infinipotv.stream.reference import tiny_adapter, tiny_config
 from infinipotv.stream.session import StreamingSession
+from infinipotv.stream.weavetime import WeaveTimeRetrieval
 
 BUDGET, C_RATIO = 96, 0.5
 PROMPT = "What is shown?"
@@ -128,3 +129,22 @@ def test_retrieved_blocks_answer_as_a_fresh_prefill_at_their_new_positions(monke
     with cache.transient():
         logits = adapter.forward(adapter.embed_text(q), adapter.text_positions(position, len(q)), cache)
     torch.testing.assert_close(answer.first_logprobs, torch.log_softmax(logits[-1], dim=-1), atol=1e-4, rtol=1e-4)
+
+
+def test_a_streaming_question_gates_and_retrieves_with_the_prompts_queries(monkeypatch):
+    """Frames since the last boundary are prefilled with the question: the gate's queries are the prompt's own
+    tokens (the last forward), not the frames'."""
+    adapter = tiny_adapter("llava_ov")
+    video = frames(25)
+    session = streamed(adapter, video[:24], ALWAYS)
+    seen: list[int] = []
+    reconsider = WeaveTimeRetrieval.reconsider
+    monkeypatch.setattr(
+        WeaveTimeRetrieval,
+        "reconsider",
+        lambda self, v, logits, queries: seen.append(queries[0].shape[1]) or reconsider(self, v, logits, queries),
+    )
+    before = snapshot(session)
+    answer = session.ask(PROMPT, max_new_tokens=2, frames=video[24:], fps=2.0)
+    assert seen == [len(adapter.question_ids(PROMPT))] and answer.gate["branch"] == "retrieval"
+    assert all(torch.equal(a, b) for a, b in zip(before, snapshot(session)))
