@@ -42,13 +42,13 @@ def coarse_to_fine(
     ``kv_cache_manager.py:1301-1319``; ``_calc_hybrid_similarity``, ``:1278-1299``).
 
     ``q_kv [N, H_kv * D]``: the question's queries in KV-head space; ``block_keys [B, H_kv * D]``: each block's mean
-    pre-RoPE key; ``detailed(indices)``: the candidate blocks' pre-RoPE keys, fetched only for the candidates, as
-    consecutive batches ``[n_i, T_b, H_kv * D]`` (one batch alive at a time). Coarse:
+    pre-RoPE key; ``detailed(indices)``: the candidate blocks' pre-RoPE keys for ``indices`` (ascending), fetched
+    only for the candidates, as consecutive batches ``[n_i, T_b, H_kv * D]`` (one batch alive at a time). Coarse:
     ``avg_j = mean_t(q_kv) . block_k_j``; the top ``prefilter * n_select`` blocks by it are the candidates; fine: a
     candidate's score becomes ``max_{t, s} q_kv[t] . k_j[s]``, every other block keeps its coarse score; the top
     ``n_select`` by the result, sorted by time."""
     coarse = block_keys.float() @ q_kv.float().mean(dim=0).to(block_keys.device)
-    candidates = torch.topk(coarse, min(prefilter * n_select, coarse.numel())).indices
+    candidates = torch.topk(coarse, min(prefilter * n_select, coarse.numel())).indices.sort().values  # time order
     q = q_kv.float()
     fine = torch.cat([torch.einsum("td,psd->pts", q, k.float()).flatten(1).amax(dim=1) for k in detailed(candidates)])
     refined = coarse.clone()

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from infinipotv.compress import build, compressed_size
+from infinipotv.compress.weavetime import coarse_to_fine, kv_queries
 from infinipotv.kv import FullPrecisionStore
 from infinipotv.kv.cache import StreamCache
 from infinipotv.kv.host import HostStore
@@ -148,3 +149,36 @@ def test_a_streaming_question_gates_and_retrieves_with_the_prompts_queries(monke
     answer = session.ask(PROMPT, max_new_tokens=2, frames=video[24:], fps=2.0)
     assert seen == [len(adapter.question_ids(PROMPT))] and answer.gate["branch"] == "retrieval"
     assert all(torch.equal(a, b) for a, b in zip(before, snapshot(session)))
+
+
+def test_each_layer_reads_the_blocks_its_rule_picks_from_the_whole_host_store(monkeypatch):
+    """The blocks a layer reads equal coarse_to_fine over every stored key at once (RoPE stripped), whatever the
+    segments the host store holds them in and the batches the fine score fetches them by."""
+    adapter = tiny_adapter("llava_ov")
+    session = streamed(adapter, frames(40), ALWAYS)
+    picked: list[torch.Tensor] = []
+    take = HostStore.take
+    monkeypatch.setattr(HostStore, "take", lambda self, index: picked.append(index) or take(self, index))
+    queries: list[list[torch.Tensor]] = []
+    reconsider = WeaveTimeRetrieval.reconsider
+    monkeypatch.setattr(
+        WeaveTimeRetrieval,
+        "reconsider",
+        lambda self, v, logits, q: queries.append(q) or reconsider(self, v, logits, q),
+    )
+    session.ask(PROMPT, max_new_tokens=1)
+    v = session.video
+    block = v.grid[0] * v.grid[1]
+    n_select = (BUDGET - compressed_size(BUDGET, C_RATIO)) // block
+    per_layer = len(picked) // adapter.n_layers
+    for layer, host in enumerate(v.host):
+        everything = host.all()
+        positions = everything.positions.long()
+        keys = adapter.rerotate(everything.keys, positions, torch.zeros_like(positions))  # [H_kv, T, D]
+        h, t, d = keys.shape
+        per_block = keys.view(h, t // block, block, d).permute(1, 2, 0, 3).reshape(t // block, block, h * d)
+        rows = everything.block_keys[: t // block]
+        q = kv_queries(queries[0][layer], h)
+        expected = coarse_to_fine(q, rows, n_select, lambda c: [per_block[c]], prefilter=3)
+        got = picked[(layer + 1) * per_layer - 1]  # the view's take comes after the layer's fine-score fetches
+        assert sorted({int(i) // block for i in got}) == expected.tolist(), layer
