@@ -4,13 +4,14 @@ growing with the stream (issue 32's figure).
     python -m bench.retrieval_memory            # the symbolic model (real SmolLM2-135M), ~10 minutes on 2 cores
     python -m bench.retrieval_memory --smoke    # the tiny LLaVA-OneVision, seconds, for the tests
 
-ReKV, LiveVLM and StreamKV stream glyph frames of random token ids (12 tokens each) at compress.budget=144 and
-c_ratio 0.5, with one question answered at every multiple of the base stream (its retrieval buffer included in the
-accelerator peak). Bytes are the tensors' own (the trace's ``accelerator_bytes``/``host_bytes``, an answer's
-``accelerator_bytes``), not process memory. The claim checked on the data: from 1x to 8x the accelerator peak moves
-by at most 5%, while ReKV's host bytes grow about 8x (it offloads every frame); LiveVLM's host memory is bounded by
-its buckets, so it is flat once full; StreamKV's grows with the stream too, below ReKV's (each closed segment keeps
-about compression_ratio of its frames per layer, plus its summary).
+ReKV, LiveVLM, StreamKV and WeaveTime stream glyph frames of random token ids (12 tokens each) at compress.budget=144
+and c_ratio 0.5, with one question answered at every multiple of the base stream (its retrieval buffer included in
+the accelerator peak; WeaveTime's gate at 0, so that every question retrieves). Bytes are the tensors' own (the
+trace's ``accelerator_bytes``/``host_bytes``, an answer's ``accelerator_bytes``), not process memory. The claim
+checked on the data: from 1x to 8x the accelerator peak moves by at most 5%, while ReKV's host bytes grow about 8x
+(it offloads every frame); LiveVLM's host memory is bounded by its buckets, so it is flat once full; StreamKV's
+grows with the stream too, below ReKV's (each closed segment keeps about compression_ratio of its frames per layer,
+plus its summary); WeaveTime's host bytes are ReKV's (its fine score reads the stored keys).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from infinipotv.kv import FullPrecisionStore
 from infinipotv.models import glyphs
 from infinipotv.stream.session import StreamingSession
 
-METHODS = ("rekv", "livevlm", "streamkv")
+METHODS = ("rekv", "livevlm", "streamkv", "weavetime")
+# WeaveTime's gate at 0: every question takes the retrieval branch, its largest accelerator memory
+PARAMS = {"weavetime": {"threshold": 0.0}}
 MULTIPLES = (1, 2, 4, 8)
 BUDGET, C_RATIO, CHUNK = 144, 0.5, 2
 QUESTION = "Which word appeared most often?"
@@ -45,7 +48,8 @@ def random_video(n_frames: int, seed: int = 0) -> np.ndarray:
 def run(adapter, method: str, video: np.ndarray, base: int) -> dict[str, Any]:
     """Stream ``video`` under ``method``; at each multiple of ``base`` frames, answer one question and read the
     accelerator peak so far (steps and answers) and the host bytes."""
-    session = StreamingSession(adapter, build(method), BUDGET, C_RATIO, lambda: FullPrecisionStore(adapter.dtype))
+    policy = build(method, **PARAMS.get(method, {}))
+    session = StreamingSession(adapter, policy, BUDGET, C_RATIO, lambda: FullPrecisionStore(adapter.dtype))
     session.start("bench")
     peak, checkpoints, fed = 0, [], 0
     for multiple in MULTIPLES:

@@ -212,6 +212,8 @@ def check_budget(cfg: RunConfig, policy: compress.Policy, budget: int, key: str)
             f"compress.c_ratio={c.c_ratio}): lower eval.chunk_frames or raise {key}"
         )
     _checked(lambda: policy.validate(n_keep, per_frame, budget + chunk_tokens), "compress")
+    model_frames = cfg.eval.chunk_frames // adapter_cls.frames_per_step
+    _checked(lambda: policy.check_stream(model_frames, per_frame, budget, n_keep), "compress")
 
 
 def _checked(fn, group: str | None, errors: type[Exception] | tuple[type[Exception], ...] = ValueError):

@@ -27,6 +27,7 @@ from infinipotv.answers import RunFailed, changed, failure
 from infinipotv.config import RunConfig
 from infinipotv.data import Benchmark, Question, VideoSample
 from infinipotv.data.frames import FrameSource, SourcesAhead
+from infinipotv.data.scoring import gate_counts
 from infinipotv.data.subset import describe, select
 from infinipotv.data.video import FramePlan
 from infinipotv.factory import Parts, as_run_config, build_benchmark, build_parts
@@ -131,6 +132,8 @@ def _record(
         # accelerator bytes while answering: the stores, the method's own and the view's (retrieved blocks)
         "accelerator_bytes": answer.accelerator_bytes if answer else None,
     }
+    if answer is not None and answer.gate is not None:  # an answer-time branch: which ran, and why (WeaveTime)
+        rec["gate"] = answer.gate
     if answer is not None and answer.reference is not None:
         ref = answer.reference
         rec["reference"] = {
@@ -273,6 +276,9 @@ def _metrics(
             "byte_cap_passes": sum(p.get("passes", 1) - 1 for p in passes),  # further passes a byte cap asked for
         },
     }
+    gate = gate_counts(records)
+    if gate is not None:  # the answers each branch of an answer-time gate gave (WeaveTime's retrieval share)
+        metrics["gate"] = gate
     if refs:
         metrics["reference"] = {
             "agreement": 100.0 * sum(r["agree"] for r in refs) / len(refs),

@@ -129,6 +129,10 @@ class Policy:
         """Fail at startup on a storage the policy cannot stream on: ``quantized`` (KIVI codes: ``quant.bits`` < 16),
         on a model whose keys may move to new positions (``contiguous_positions``: 1-D RoPE). Default: any."""
 
+    def check_stream(self, chunk_frames: int, tokens_per_frame: int, budget: int, n_keep: int) -> None:
+        """Fail at startup on a stream the policy cannot cut: chunks of ``chunk_frames`` model frames of up to
+        ``tokens_per_frame`` tokens under |M| = ``budget`` and |C| = ``n_keep`` (a method's blocks). Default: any."""
+
     def score(
         self, keys: torch.Tensor, values: torch.Tensor, layout: FrameLayout, layer: int, n_layers: int
     ) -> torch.Tensor:

@@ -55,3 +55,18 @@ def summary(records: Sequence[Record], fields: Sequence[str]) -> dict[str, Any]:
         "breakdown": {f: {v: accuracy(rs) for v, rs in g.items()} for f, g in groups.items()},
         "counts": {f: {v: len(rs) for v, rs in g.items()} for f, g in groups.items()},
     }
+
+
+def gate_counts(records: Iterable[Record]) -> dict[str, Any] | None:
+    """How many answers each branch of an answer-time gate gave (a record's ``gate.branch``: WeaveTime's
+    ``retrieval`` / ``cache_only``), their total ``n`` and the ``retrieval_share``; None when no record has a
+    gate. Counted from the records, so a sharded run's is its shards' together."""
+    counts: dict[str, int] = {}
+    for record in records:
+        if isinstance(record.get("gate"), dict):
+            branch = str(record["gate"].get("branch"))
+            counts[branch] = counts.get(branch, 0) + 1
+    if not counts:
+        return None
+    total = sum(counts.values())
+    return {**dict(sorted(counts.items())), "n": total, "retrieval_share": counts.get("retrieval", 0) / total}

@@ -33,6 +33,7 @@ from infinipotv.data.rescore import (
     run_questions,
     skip,
 )
+from infinipotv.data.scoring import gate_counts
 from infinipotv.data.subset import describe, parse_shard
 from infinipotv.results.scoring import (
     ScorerError,
@@ -331,6 +332,10 @@ def merge_shards(shards: Sequence[Run]) -> Run:
     run_id = f"{shards[0].id} [{len(shards)} of {total} shards]"
     dirs = tuple(d for s in shards for d in s.dirs)
     subset = metrics["subset"]["is_subset"]
+    metrics.pop("gate", None)  # shard 0's: counted again over every shard's answers
+    gate = gate_counts(predictions)
+    if gate is not None:
+        metrics["gate"] = gate
     metrics = with_rates(metrics)
     return Run(dirs, run_id, config, predictions, scores, metrics, provenance, not problems, subset, problems)
 

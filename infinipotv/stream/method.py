@@ -61,6 +61,9 @@ class StreamingMethod(ABC):
 
     #: The session captures each layer's pre-RoPE queries during a chunk's prefill and hands them to after_chunk.
     capture_chunk_queries: bool = False
+    #: The session captures each layer's pre-RoPE queries of a question's prompt forward and hands them, with the
+    #: prompt's next-token logits, to :meth:`reconsider` (an answer-time branch: WeaveTime's gate).
+    capture_answer_queries: bool = False
 
     def start(self, video: VideoState) -> None:
         """A new video starts (its cache holds the prefix): make per-video state (host stores...)."""
@@ -107,6 +110,15 @@ class StreamingMethod(ABC):
         """The view a question reads (None: the whole stored memory). Called before the question's prompt
         forward; anything it prefills must be transient."""
         return None
+
+    def reconsider(
+        self, video: VideoState, logits: torch.Tensor, queries: list[torch.Tensor]
+    ) -> tuple[View | None, dict | None]:
+        """An answer-time branch, called after the prompt's forward on :meth:`view` when
+        :attr:`capture_answer_queries`: ``logits [V]`` of the next token, ``queries`` per layer ``[H_q, N, D]`` of
+        the prompt (pre-RoPE). Returns the view to prefill the prompt again on and decode from (None: decode from
+        the first forward's cache) and what the answer records of the choice (its prediction's ``gate``)."""
+        return None, None
 
     def accelerator_bytes(self, video: VideoState) -> int:
         """Bytes the method holds on the accelerator outside the cache's stores (0 by default)."""

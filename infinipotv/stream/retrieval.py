@@ -133,17 +133,23 @@ class Retrieval(StreamingMethod):
     # -- at a question --------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def view(self, video: VideoState, question_ids: list[int]) -> View | None:
-        a, cache, p = self.adapter, video.cache, video.prefix_len
+        a, cache = self.adapter, video.cache
         if not len(video.host[0]):
             return None
         with a.capture_queries() as captured, cache.transient():
             positions = a.text_positions(video.next_position, len(question_ids))
             a.forward(a.embed_text(question_ids), positions, cache, logits=False)
+        return self.retrieved(video, [layer[0] for layer in captured])
+
+    def retrieved(self, video: VideoState, queries: list[torch.Tensor]) -> View:
+        """The view of [prefix | the blocks each layer's pre-RoPE ``queries [H_q, N, D]`` pick | window if
+        included], the blocks copied to the accelerator and re-rotated where the rule and the model allow."""
+        a, cache, p = self.adapter, video.cache, video.prefix_len
         contiguous = self.rule.positions == "contiguous" and a.contiguous_positions
         block = self.block(video.grid[0] * video.grid[1])
         layers, nbytes, length = [], 0, 0
         for layer, (store, host) in enumerate(zip(cache.stores, video.host)):
-            got = host.take(self._picked(video, store, host, captured[layer][0], block))
+            got = host.take(self._picked(video, store, host, queries[layer], block))
             stored_k, stored_v = store.read()
             keys, values = got.keys.to(stored_k.dtype), got.values.to(stored_v.dtype)
             nbytes += keys.nbytes + values.nbytes  # the retrieval buffer: the view's own tensors
@@ -184,5 +190,12 @@ class Retrieval(StreamingMethod):
         n_select = self.rule.blocks_to_retrieve(n_blocks, self.buffer, block)
         if n_select < 1:
             return torch.empty(0, dtype=torch.long)
-        picked = self.rule.select(queries, rows, n_select).to("cpu")
+        picked = self.select(host, queries, rows, n_select, block).to("cpu")
         return (picked.view(-1, 1) * block + torch.arange(block)).view(-1)
+
+    def select(
+        self, host: HostStore, queries: torch.Tensor, rows: torch.Tensor, n_select: int, block: int
+    ) -> torch.Tensor:
+        """Ascending indices of the ``n_select`` blocks of ``host`` a layer reads, from its block ``rows``: the
+        rule's selection (a method whose rule reads more than the rows, as WeaveTime's keys, overrides this)."""
+        return self.rule.select(queries, rows, n_select)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
@@ -45,6 +46,7 @@ class Answer:
     reference: "Answer | None" = None  # the same question answered from the uncompressed cache, when enabled
     ttft_s: float = 0.0  # from the question to its first token's logits, retrieval included
     accelerator_bytes: int = 0  # the cache's stores, the method's accelerator state and the view's buffers
+    gate: dict | None = None  # an answer-time branch's record (WeaveTime: the branch that ran and its entropy)
 
 
 class StreamingSession:
@@ -244,10 +246,11 @@ class StreamingSession:
         """Greedy decoding in the cache's transient mode, on the view the ``method`` gives (None: all memory).
 
         The view replaces the stored video memory after the prefix, and the question starts at the view's
-        position; frames since the last boundary (``tail``) are prefilled after it, at their own positions."""
+        position; frames since the last boundary (``tail``) are prefilled after it, at their own positions. A method
+        with an answer-time branch (:meth:`StreamingMethod.reconsider`) sees the prompt's logits and queries on
+        that view and may have the prompt prefilled again on another, which the answer then decodes from."""
         a = self.adapter
         ids = a.question_ids(prompt)
-        eos = a.eos_ids
         sync(a.device)
         t0 = time.perf_counter()
         view = method.view(self.video, ids) if method is not None else None
@@ -255,25 +258,53 @@ class StreamingSession:
             first = self.video.vision_tokens
             tail_ids = torch.arange(first, first + tail.embeds.shape[0])
             tail, _ = method.before_prefill(self.video, tail, tail_ids, transient=True)
-        with cache.transient(view=None if view is None else view.layers):
-            start = self.video.next_position if view is None else view.start
-            if tail is not None:  # after a view, the frames since the boundary follow it (a shift of 0 in place)
-                placed = view is not None and view.tail_placed
-                positions = tail.positions + (0 if placed else start - self.video.next_position)
-                a.forward(tail.embeds, positions, cache, logits=False)
-                start = max(start, int(positions.max()) + 1)
-            logits = a.forward(a.embed_text(ids), a.text_positions(start, len(ids)), cache)[-1]
-            first = torch.log_softmax(logits, dim=-1).cpu()
-            ttft = time.perf_counter() - t0
-            position, out = start + len(ids), []
-            while True:
-                token = int(logits.argmax())
-                if token in eos:
-                    break
-                out.append(token)
-                if len(out) == max_new_tokens or (stop is not None and re.search(stop, a.decode(out))):
-                    break
-                logits = a.forward(a.embed_text([token]), a.text_positions(position, 1), cache)[-1]
-                position += 1
+        branch = method is not None and method.capture_answer_queries
+        gate = None
+        while True:
+            with cache.transient(view=None if view is None else view.layers):
+                with a.capture_queries() if branch else nullcontext() as captured:
+                    logits, position = self._prompt(cache, view, tail, ids)
+                if branch:
+                    branch, (second, gate) = False, method.reconsider(self.video, logits, [q[-1] for q in captured])
+                    if second is not None:
+                        view = second
+                        continue  # the first forward's cache is dropped; the prompt is prefilled on the second view
+                first = torch.log_softmax(logits, dim=-1).cpu()
+                ttft = time.perf_counter() - t0
+                out = self._decode(cache, logits, position, max_new_tokens, stop)
+                break
         held = self._accelerator_bytes(view) if cache is self.video.cache else sum(cache.nbytes().values())
-        return Answer(text=a.decode(out), tokens=out, first_logprobs=first, ttft_s=ttft, accelerator_bytes=held)
+        return Answer(
+            text=a.decode(out), tokens=out, first_logprobs=first, ttft_s=ttft, accelerator_bytes=held, gate=gate
+        )
+
+    def _prompt(
+        self, cache: StreamCache, view: View | None, tail: VisionChunk | None, ids: list[int]
+    ) -> tuple[torch.Tensor, int]:
+        """Prefill the frames since the boundary and the prompt on the cache in its transient mode: the next
+        token's logits ``[V]`` and the position the next token takes."""
+        a = self.adapter
+        start = self.video.next_position if view is None else view.start
+        if tail is not None:  # after a view, the frames since the boundary follow it (a shift of 0 in place)
+            placed = view is not None and view.tail_placed
+            positions = tail.positions + (0 if placed else start - self.video.next_position)
+            a.forward(tail.embeds, positions, cache, logits=False)
+            start = max(start, int(positions.max()) + 1)
+        logits = a.forward(a.embed_text(ids), a.text_positions(start, len(ids)), cache)[-1]
+        return logits, start + len(ids)
+
+    def _decode(
+        self, cache: StreamCache, logits: torch.Tensor, position: int, max_new_tokens: int, stop: str | None
+    ) -> list[int]:
+        """Greedy tokens from the prompt's ``logits``, each at the next ``position``, until an end-of-sequence
+        token, ``max_new_tokens`` or ``stop``."""
+        a, out = self.adapter, []
+        while True:
+            token = int(logits.argmax())
+            if token in a.eos_ids:
+                return out
+            out.append(token)
+            if len(out) == max_new_tokens or (stop is not None and re.search(stop, a.decode(out))):
+                return out
+            logits = a.forward(a.embed_text([token]), a.text_positions(position, 1), cache)[-1]
+            position += 1

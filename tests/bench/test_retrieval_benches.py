@@ -24,6 +24,9 @@ def test_retrieval_benches_run_in_smoke_mode(tmp_path: Path) -> None:
     streamkv = next(r for r in data["runs"] if r["method"] == "streamkv")
     assert len({c["accelerator_peak_bytes"] for c in streamkv["checkpoints"]}) == 1
     assert 0 < streamkv["checkpoints"][-1]["host_bytes"] < hosts[-1]  # each closed segment keeps some of its frames
+    weavetime = next(r for r in data["runs"] if r["method"] == "weavetime")  # no second copy of the keys
+    assert [c["host_bytes"] for c in weavetime["checkpoints"]] == hosts
+    assert len({c["accelerator_peak_bytes"] for c in weavetime["checkpoints"]}) == 1
     by_method = {(r["model"], r["method"]): r for r in peers["runs"]}
     assert by_method[("llava_ov", "tar_van_pool")]["host_bytes"] == 0 < by_method[("llava_ov", "rekv")]["host_bytes"]
     assert {m for _, m in by_method} == {"tar_van_pool", "rekv", "livevlm", "streammem", "streamingvlm", "streamingtom"}

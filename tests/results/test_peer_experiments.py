@@ -29,7 +29,8 @@ from infinipotv.results.tables import matches
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ["swa", "van", "tar_van", "van_pool", "tar_van_pool", "rekv", "livevlm", "streammem", "streamingvlm"]
-CLUSTER_ONLY = ["streamkv"]  # rows of the cluster table only: the CPU study has not run them yet
+CLUSTER_ONLY = ["streamkv", "weavetime"]  # issue 43's methods: rows of the cluster table only (the CPU study has not
+# run them yet)
 INT4_CLUSTER = [*PEERS[:-1], *CLUSTER_ONLY]
 CLUSTER_SWEEPS = [  # experiments/peers_table.yaml's three sweeps, as its header gives them
     [],
@@ -142,6 +143,8 @@ def test_every_job_of_the_cluster_table_composes_passes_the_sweep_check_and_fill
         for policy in methods
         for benchmark in BENCHMARKS
     }
+    gated = [(p, kv) for methods, kv in rows.values() for p in methods if p == "weavetime"]
+    expected.update({("weavetime_gate", p, kv, b): 1 for p, kv in gated for b in BENCHMARKS})  # a row per model, KV
     assert dict(_rows_filled("peers_table", jobs)) == expected
 
 

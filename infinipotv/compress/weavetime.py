@@ -1,0 +1,130 @@
+"""WeaveTime's inference: a ReKV memory, an uncertainty gate at a question, coarse-to-fine retrieval when unsure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from .base import check_range, register
+from .retrieval import RetrievalPolicy, top_blocks
+
+
+def top_entropy(logits: torch.Tensor, top: int = 10) -> float:
+    """The entropy of the softmax of the ``top`` largest ``logits`` (the last token's, ``[V]`` or ``[1, V]``),
+    divided by ``log(top)``: 0 when one token takes all the mass, 1 when the top ones are equal
+    (``mixins.py:455-482``)."""
+    z = torch.topk(logits.float().reshape(-1), min(top, logits.numel())).values
+    p = torch.softmax(z, dim=0)
+    return float(-(p * torch.log(p.clamp(min=torch.finfo(p.dtype).tiny))).sum() / math.log(top))
+
+
+def kv_queries(queries: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """``[N, kv_heads * D]``: pre-RoPE queries ``[H_q, N, D]`` averaged over each KV head's group of query heads,
+    heads concatenated (``_project_query_to_kv_dim``, ``kv_cache_manager.py:1244-1267``): the H_kv space the
+    blocks' keys live in."""
+    h_q, n, dim = queries.shape
+    grouped = queries.float().view(kv_heads, h_q // kv_heads, n, dim).mean(dim=1)  # [H_kv, N, D]
+    return grouped.transpose(0, 1).reshape(n, kv_heads * dim)
+
+
+def coarse_to_fine(
+    q_kv: torch.Tensor,
+    block_keys: torch.Tensor,
+    n_select: int,
+    detailed: Callable[[torch.Tensor], Iterable[torch.Tensor]],
+    prefilter: int = 3,
+) -> torch.Tensor:
+    """Ascending indices ``[n_select]`` of the blocks WeaveTime reads (``_select_topk_blocks``,
+    ``kv_cache_manager.py:1301-1319``; ``_calc_hybrid_similarity``, ``:1278-1299``).
+
+    ``q_kv [N, H_kv * D]``: the question's queries in KV-head space; ``block_keys [B, H_kv * D]``: each block's mean
+    pre-RoPE key; ``detailed(indices)``: the candidate blocks' pre-RoPE keys for ``indices`` (ascending), fetched
+    only for the candidates, as consecutive batches ``[n_i, T_b, H_kv * D]`` (one batch alive at a time). Coarse:
+    ``avg_j = mean_t(q_kv) . block_k_j``; the top ``prefilter * n_select`` blocks by it are the candidates; fine: a
+    candidate's score becomes ``max_{t, s} q_kv[t] . k_j[s]``, every other block keeps its coarse score; the top
+    ``n_select`` by the result, sorted by time."""
+    coarse = block_keys.float() @ q_kv.float().mean(dim=0).to(block_keys.device)
+    candidates = torch.topk(coarse, min(prefilter * n_select, coarse.numel())).indices.sort().values  # time order
+    q = q_kv.float()
+    fine = torch.cat([torch.einsum("td,psd->pts", q, k.float()).flatten(1).amax(dim=1) for k in detailed(candidates)])
+    refined = coarse.clone()
+    refined[candidates] = fine.to(refined.device)
+    return top_blocks(refined, n_select)
+
+
+@register("weavetime")
+@dataclass(frozen=True)
+class WeaveTime(RetrievalPolicy):
+    """WeaveTime's inference part, the "Past-Current Dynamic Focus Cache" (Zhang et al., "WeaveTime",
+    github.com/zhangyl4/weavetime at a077e75; spec: shared/spec/field2.md section 3). The temporal-order
+    fine-tuning (SOPE / the temporal-order LoRA the paper's checkpoints carry) is out of scope: this is the
+    inference method on the base checkpoints.
+
+    The stream is ReKV's memory (a window of the newest |C| = c_ratio * |M| video tokens in the cache, every frame
+    offloaded to host memory as it arrives with its mean pre-RoPE key). At a question the answer prompt is
+    prefilled over [prefix | window], capturing each layer's pre-RoPE queries; the top-``10`` entropy of its
+    next-token distribution, normalized to [0, 1], gates the rest (``mixins.py:455-482``). Below ``threshold``
+    (confident) the answer decodes from that cache. At or above it (uncertain), each layer picks its blocks
+    coarse-to-fine with those queries averaged over each KV head's group (:func:`coarse_to_fine`), the blocks are
+    copied back and re-rotated to contiguous positions after the prefix, and the prompt is prefilled again over
+    [prefix | retrieved blocks] (no window: upstream's retrieval view has none) and decoded. Each answer records
+    the branch and the entropy (``gate`` in predictions.jsonl). The memory is unchanged after an answer.
+
+    Departures (docs/retrieval.md): the window is |C| and the retrieval buffer |M| - |C| (upstream: a window of
+    15,680 tokens, or 144 frames after ``set_block_size``'s hard-coded override, which is a bug and not copied,
+    against 64 retrieved frames), so the accelerator never holds more than |M| video tokens; the detailed keys are
+    the host store's own keys with RoPE stripped (upstream keeps a second copy, 1.5x the host bytes); the blocks
+    a question reads are always chosen among the offloaded ones (upstream scores the not yet offloaded remainder by
+    a mean-of-max before its window first fills; here every frame is offloaded on arrival); two prompt passes in
+    the uncertain branch, not three (upstream's second forward only triggers retrieval with the saved queries);
+    only the final logits gate (``entropy_window_layers`` 1, the evaluated setting); no time prompts (an input
+    format of the fine-tuned checkpoints); on M-RoPE models retrieved keys keep their original positions.
+
+    Parameters:
+        threshold: normalized top-10 entropy at or above which a question retrieves (0.6 upstream; 0: always
+            retrieve; 1: only when the top ten are equal). Tuned for the fine-tuned LLaVA-OV-7B: calibrate it for
+            another model on held-out questions (the share of questions that retrieve is in metrics.json).
+        prefilter: candidates per retrieved block kept by the coarse score for the fine one (3 upstream).
+        block_frames: frames per offloaded block (upstream: one frame).
+        include_window: the window joins the retrieval branch's context after the blocks (upstream: it does not).
+        positions: ``contiguous`` (retrieved blocks re-rotated after the prefix, upstream) or ``original``.
+    """
+
+    streaming: ClassVar[str] = "weavetime"
+    top: ClassVar[int] = 10  # the top logits the gate's entropy reads (upstream's constant)
+
+    threshold: float = 0.6
+    prefilter: int = 3
+    block_frames: int = 1
+    include_window: bool = False
+    positions: str = "contiguous"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("threshold", self.threshold, 0.0, 1.0)
+        for name, upstream in (("prefilter", 3), ("block_frames", 1)):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1 (upstream: {name}={upstream})")
+
+    def check_stream(self, chunk_frames: int, tokens_per_frame: int, budget: int, n_keep: int) -> None:
+        if chunk_frames % self.block_frames:
+            raise ValueError(
+                f"a chunk of {chunk_frames} model frames cannot be cut into blocks of block_frames="
+                f"{self.block_frames}: make eval.chunk_frames a multiple of the block's frames"
+            )
+        if self.block_frames * tokens_per_frame > budget - n_keep:
+            raise ValueError(
+                f"a block of {self.block_frames} frames ({self.block_frames * tokens_per_frame} tokens) exceeds the "
+                f"retrieval buffer |M| - |C| = {budget - n_keep}: lower block_frames or raise compress.budget"
+            )
+
+    def block_tokens(self, tokens_per_frame: int) -> int:
+        return self.block_frames * tokens_per_frame
+
+    def retrieves(self, entropy: float) -> bool:
+        """The gate: an entropy at or above the threshold retrieves (``strategy = 'retrieval' if avg >= 0.6``)."""
+        return entropy >= self.threshold
