@@ -54,13 +54,10 @@ class Retrieval(StreamingMethod):
         self.offload = getattr(policy, "offload", True)
 
     def check_chunk(self, tokens: int, frames: int) -> None:
+        """The shared chunk check. A full chunk is a whole number of blocks (the policy's ``check_chunk`` refuses
+        the config otherwise); a video's last chunk may be shorter, and its last block then partial: it is offloaded
+        like any other, and a question never picks it (only whole blocks are candidates)."""
         self.schedule.check_chunk(tokens, frames)
-        block = self.block(tokens // frames)
-        if self.rule.cache_block_keys and tokens % block:
-            raise ValueError(
-                f"a chunk of {frames} frames ({tokens} tokens) is not a whole number of {block}-token blocks: make "
-                f"eval.chunk_frames a multiple of compress.block_frames"
-            )
 
     def block(self, tokens_per_frame: int) -> int:
         """Tokens per retrieval block: the rule's, at most the retrieval buffer (a chunk is always smaller than the
@@ -91,6 +88,10 @@ class Retrieval(StreamingMethod):
         window_positions = torch.cat([video.state[WINDOW_POSITIONS], positions], dim=1)
         drop = max(0, video.video_tokens - self.window)
         clock.bytes_before = held_bytes(video)
+        if self.rule.cache_block_keys and len(video.host[0]) % self.block(chunk.tokens_per_frame):
+            raise ValueError(  # a short chunk ends a video: blocks after a partial one would be misaligned
+                "a chunk arrived after a chunk shorter than its blocks: only a video's last chunk may be short"
+            )
         with clock.timed():
             for layer, (store, host) in enumerate(zip(video.cache.stores, video.host)):
                 keys, values = store.read()

@@ -95,3 +95,20 @@ def test_retrieved_blocks_answer_as_a_fresh_prefill_at_their_new_positions(monke
         logits = adapter.forward(adapter.embed_text(q), adapter.text_positions(position, len(q)), cache)[-1]
     expected = torch.log_softmax(logits, dim=-1)
     torch.testing.assert_close(answer.first_logprobs, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_a_videos_short_last_chunk_is_offloaded_and_answered():
+    """An offline video whose frame count is not a whole number of blocks ends in a short chunk: it streams, its
+    partial block is offloaded but never a candidate, and the question is answered (it used to fail every question
+    of the video). A chunk after a short one would misalign the blocks, and is refused."""
+    adapter = tiny_adapter("llava_ov")  # 16 tokens a frame: blocks of 2 frames are 32 tokens, the buffer 48
+    session = streamed(adapter, "rekv", frames(23), block_frames=2)
+    host = session.video.host[0]
+    assert len(host) == 23 * 16 and len(host.block_keys()) == 12  # 11 whole blocks and the last frame's half block
+    queries = torch.randn(adapter.text_config.num_attention_heads, 3, adapter.head_dim)
+    picked = session.method._picked(session.video, session.video.cache.stores[0], host, queries, 32)
+    assert len(picked) and int(picked.max()) < 22 * 16  # whole blocks only
+    assert session.ask(PROMPT, max_new_tokens=2).tokens is not None
+    short = streamed(adapter, "rekv", frames(3), block_frames=2)
+    with pytest.raises(ValueError, match="only a video's last chunk may be short"):
+        short.feed(frames(2, seed=1), fps=2.0)
