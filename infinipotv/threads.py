@@ -17,11 +17,14 @@ the rest can differ, as they would on another machine.
 
 How the workers wait is the other half. libgomp (the OpenMP runtime of torch's Linux builds) lets a worker spin
 300,000 times at the end of a region before it sleeps; on a core another process holds, every region then waits
-for a spinner to be scheduled. The default INT4 run on a 2-core VM (2026-12-05, median of 3 alternating pairs):
-idle, 25.4-26.0 s with libgomp's default, 27.0 s with ``GOMP_SPINCOUNT=10000`` (1.06x, range 0.89-1.19), 33.1 s
-with ``OMP_WAIT_POLICY=PASSIVE`` (1.29x); beside one busy process 329.8 s, 63.8-66.5 s and 42.7 s. A short spin
-keeps most of the idle speed and removes most of the cliff, so it is the default: :func:`set_wait_default` sets
-``GOMP_SPINCOUNT=10000`` where the user has set neither variable (a user's choice is kept, whichever). libgomp reads
+for a spinner to be scheduled. ``python -m bench.threads --wait --videos 1 --rounds 3`` (results/perf/
+threads_wait.json; 2-core AMD EPYC VM, 2026-12-06, medians of 3 rounds): on idle cores 13.5 s with libgomp's
+default, 13.3 s with ``GOMP_SPINCOUNT=10000`` and 14.4 s with ``OMP_WAIT_POLICY=PASSIVE`` (1.07x); beside one busy
+process 31.3 s, 30.6 s and 14.6 s. A short spin did not remove the cliff there (an earlier measurement on another
+2-core VM, the full default run, had it at 64 s against 330 s, and PASSIVE at 43 s, 1.29x on idle cores); passive
+waiting halved the loaded run in both, so it is the default: :func:`set_wait_default` sets
+``OMP_WAIT_POLICY=PASSIVE`` where the user has set neither variable (a user's choice is kept, whichever: on cores
+of one's own, ``OMP_WAIT_POLICY=ACTIVE`` or a ``GOMP_SPINCOUNT`` buys back the few idle percent). libgomp reads
 them once, when torch loads it: run.py calls it before anything imports torch, a Slurm job runs
 :data:`WAIT_SETUP` before Python starts, and ``python -m bench.threads --wait`` measures the three side by side.
 This module imports torch only inside :func:`use_threads`, so that it can be imported first.
@@ -36,15 +39,17 @@ from infinipotv.config import ConfigError
 
 AUTO = "auto"
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")  # how OpenMP workers wait: the user's choice when either is set
-SPIN_COUNT = "10000"  # our default GOMP_SPINCOUNT (libgomp's own: 300000; 0 under OMP_WAIT_POLICY=PASSIVE)
+WAIT_DEFAULT = {"OMP_WAIT_POLICY": "PASSIVE"}  # ours where the user set neither (libgomp's own: a 300,000-spin wait)
 # The same rule as a shell line, for a Slurm job's sbatch script (its environment is the submitter's or the site's).
-WAIT_SETUP = f'[ -n "${{OMP_WAIT_POLICY+x}}${{GOMP_SPINCOUNT+x}}" ] || export GOMP_SPINCOUNT={SPIN_COUNT}'
+WAIT_SETUP = '[ -n "${OMP_WAIT_POLICY+x}${GOMP_SPINCOUNT+x}" ] || export ' + " ".join(
+    f"{name}={value}" for name, value in WAIT_DEFAULT.items()
+)
 
 
 def wait_default(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables to add to ``env`` for our OpenMP wait policy: ``GOMP_SPINCOUNT`` unless ``env`` already says
-    how workers wait (either of :data:`WAIT_VARIABLES`, any value)."""
-    return {} if any(name in env for name in WAIT_VARIABLES) else {"GOMP_SPINCOUNT": SPIN_COUNT}
+    """The variables to add to ``env`` for our OpenMP wait policy: :data:`WAIT_DEFAULT` unless ``env`` already
+    says how workers wait (either of :data:`WAIT_VARIABLES`, any value)."""
+    return {} if any(name in env for name in WAIT_VARIABLES) else dict(WAIT_DEFAULT)
 
 
 def set_wait_default() -> None:

@@ -1,4 +1,4 @@
-"""The OpenMP wait policy: ``GOMP_SPINCOUNT=10000`` reaches torch's libgomp wherever a run starts (run.py, the
+"""The OpenMP wait policy: ``OMP_WAIT_POLICY=PASSIVE`` reaches torch's libgomp wherever a run starts (run.py, the
 tests' fork server, a Slurm job's script) unless the user said how OpenMP threads wait, whose setting is kept."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infinipotv.threads import SPIN_COUNT, WAIT_SETUP, WAIT_VARIABLES, wait_default
+from infinipotv.threads import WAIT_SETUP, WAIT_VARIABLES, wait_default
 from tests import launch
 
 UNSET = "<unset>"
@@ -34,20 +34,20 @@ PROBE = textwrap.dedent(
 
 
 def test_wait_default_keeps_a_users_choice() -> None:
-    assert wait_default({}) == {"GOMP_SPINCOUNT": SPIN_COUNT}
-    assert wait_default({"OMP_NUM_THREADS": "1"}) == {"GOMP_SPINCOUNT": SPIN_COUNT}
-    assert wait_default({"OMP_WAIT_POLICY": "PASSIVE"}) == {}
+    assert wait_default({}) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert wait_default({"OMP_NUM_THREADS": "1"}) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert wait_default({"OMP_WAIT_POLICY": "ACTIVE"}) == {}
     assert wait_default({"GOMP_SPINCOUNT": "0"}) == {}
 
 
 @pytest.mark.parametrize(
     ("given", "seen"),
     [
-        ({}, f"{SPIN_COUNT} {UNSET}"),
+        ({}, f"{UNSET} PASSIVE"),
         ({"GOMP_SPINCOUNT": "500"}, f"500 {UNSET}"),
-        ({"OMP_WAIT_POLICY": "PASSIVE"}, f"{UNSET} PASSIVE"),
+        ({"OMP_WAIT_POLICY": "ACTIVE"}, f"{UNSET} ACTIVE"),
     ],
-    ids=["unset", "spincount", "passive"],
+    ids=["unset", "spincount", "active"],
 )
 def test_run_py_sets_it_before_torch_loads(tmp_path: Path, given: dict[str, str], seen: str) -> None:
     (tmp_path / "sitecustomize.py").write_text(PROBE)
@@ -73,7 +73,7 @@ def test_the_fork_server_loads_torch_under_it(tmp_path: Path) -> None:
     policy, spin = launched.output()[0].split()
     user = {name: os.environ.get(name, UNSET) for name in WAIT_VARIABLES}
     if user == dict.fromkeys(WAIT_VARIABLES, UNSET):
-        assert (policy, spin) == (UNSET, SPIN_COUNT)
+        assert (policy, spin) == ("PASSIVE", UNSET)
     else:
         assert (policy, spin) == (user["OMP_WAIT_POLICY"], user["GOMP_SPINCOUNT"])
 
@@ -102,7 +102,7 @@ def test_a_slurm_jobs_setup_ends_with_it(tmp_path: Path, monkeypatch: pytest.Mon
     launcher.config = OmegaConf.create({"hydra": {"job": {"name": "run"}}})
     setup = launcher._executor([]).parameters["slurm_setup"]
     assert setup == ["export SITE=1", WAIT_SETUP]
-    assert _shell(setup, {}) == f"{SPIN_COUNT} {UNSET}\n"
+    assert _shell(setup, {}) == f"{UNSET} PASSIVE\n"
     assert _shell(setup, {"GOMP_SPINCOUNT": "500"}) == f"500 {UNSET}\n"
-    assert _shell(setup, {"OMP_WAIT_POLICY": "PASSIVE"}) == f"{UNSET} PASSIVE\n"
+    assert _shell(setup, {"OMP_WAIT_POLICY": "ACTIVE"}) == f"{UNSET} ACTIVE\n"
     assert _shell(["export OMP_WAIT_POLICY=ACTIVE", *setup], {}) == f"{UNSET} ACTIVE\n"  # a profile's own line
