@@ -18,11 +18,11 @@ the rest can differ, as they would on another machine.
 How the workers wait is the other half. libgomp (the OpenMP runtime of torch's Linux builds) lets a worker spin
 300,000 times at the end of a region before it sleeps; on a core another process holds, every region then waits
 for a spinner to be scheduled. ``python -m bench.threads --wait --videos 1 --rounds 3`` (results/perf/
-threads_wait.json; 2-core AMD EPYC VM, 2026-12-06, medians of 3 rounds): on idle cores 13.5 s with libgomp's
-default, 13.3 s with ``GOMP_SPINCOUNT=10000`` and 14.4 s with ``OMP_WAIT_POLICY=PASSIVE`` (1.07x); beside one busy
-process 31.3 s, 30.6 s and 14.6 s. A short spin did not remove the cliff there (an earlier measurement on another
+threads_wait.json; 2-core AMD EPYC VM, 2026-12-06, medians of 3 rounds): on idle cores 12.8 s with libgomp's
+default, 13.0 s with ``GOMP_SPINCOUNT=10000`` and 13.6 s with ``OMP_WAIT_POLICY=PASSIVE`` (1.07x); beside one busy
+process 27.6 s, 30.0 s and 15.0 s. A short spin did not remove the cliff there (an earlier measurement on another
 2-core VM, the full default run, had it at 64 s against 330 s, and PASSIVE at 43 s, 1.29x on idle cores); passive
-waiting halved the loaded run in both, so it is the default: :func:`set_wait_default` sets
+waiting cut the loaded run by half or more in both, so it is the default: :func:`set_wait_default` sets
 ``OMP_WAIT_POLICY=PASSIVE`` where the user has set neither variable (a user's choice is kept, whichever: on cores
 of one's own, ``OMP_WAIT_POLICY=ACTIVE`` or a ``GOMP_SPINCOUNT`` buys back the few idle percent). libgomp reads
 them once, when torch loads it: run.py calls it before anything imports torch, a Slurm job runs
