@@ -36,11 +36,6 @@ def window_keep(frame: torch.Tensor, window: int) -> torch.Tensor:
     return torch.nonzero(frame >= first_kept).flatten()
 
 
-def shrink_positions(start: int, n: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """``pos_mode="shrink"``: the survivors' positions, ``start .. start + n - 1`` in stream order."""
-    return torch.arange(start, start + n, device=device)
-
-
 @register("streamingvlm")
 @dataclass(frozen=True)
 class StreamingVLM(Policy):

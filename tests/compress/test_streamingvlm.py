@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from infinipotv.compress.streamingvlm import shrink_positions, window_keep
+from infinipotv.compress.streamingvlm import window_keep
 
 
 def test_the_window_keeps_the_last_frames_as_upstreams_eviction_does():
@@ -21,9 +21,3 @@ def test_the_window_keeps_the_last_frames_as_upstreams_eviction_does():
         kept = window_keep(frame_of, window)
         frame_of = frame_of[kept]
         assert frame_of.tolist() == [f for chunk in cache for f in chunk]
-
-
-def test_shrink_gives_the_pruned_sequence_contiguous_positions():
-    prefix, kept = 7, 13
-    positions = torch.cat([torch.arange(prefix), shrink_positions(prefix, kept)])
-    assert positions.tolist() == list(range(prefix + kept))  # upstream: arange over the whole pruned sequence
