@@ -1,5 +1,6 @@
-"""StreamingVLM's kept set and renumbered positions against a transcription of its inference loop
-(mit-han-lab/streaming-vlm@a940d8c ``inference.py:L141-154``, ``qwen2_5/model_forward.py:L101-110``)."""
+"""StreamingVLM's kept set against a transcription of its inference loop (mit-han-lab/streaming-vlm@a940d8c
+``inference.py:L141-154``); the renumbered positions are checked through the session, on every family
+(tests/stream/test_streamingvlm_session.py)."""
 
 from __future__ import annotations
 
