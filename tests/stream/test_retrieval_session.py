@@ -12,11 +12,11 @@ import torch
 
 from infinipotv.compress import build, compressed_size
 from infinipotv.kv import FullPrecisionStore
-from infinipotv.kv.cache import StreamCache
 from infinipotv.kv.host import HostStore
 from infinipotv.models import ADAPTERS
 from infinipotv.stream.reference import tiny_adapter, tiny_config
 from infinipotv.stream.session import StreamingSession
+from tests.stream.fresh_prefill import fresh_prefill_logprobs
 
 BUDGET, C_RATIO = 96, 0.5
 PROMPT = "What is shown?"
@@ -80,20 +80,7 @@ def test_retrieved_blocks_answer_as_a_fresh_prefill_at_their_new_positions(monke
     chosen = sorted({int(i) // per_frame for i in picked[0]})
     assert 0 < len(chosen) * per_frame <= BUDGET - compressed_size(BUDGET, C_RATIO)
 
-    cache = StreamCache(adapter.n_layers, lambda: FullPrecisionStore(torch.float32))
-    ids = adapter.prefix_ids()
-    cache.commit(torch.full((len(ids),), -1))
-    adapter.forward(adapter.embed_text(ids), adapter.text_positions(0, len(ids)), cache, logits=False)
-    start = session.video.video_start
-    for k, f in enumerate(chosen):
-        chunk = adapter.encode_frames(video[f : f + 1], f, 2.0, start)
-        cache.commit(torch.arange(chunk.embeds.shape[0]))
-        adapter.forward(chunk.embeds, adapter.text_positions(start + k * per_frame, per_frame), cache, logits=False)
-    q = adapter.question_ids(PROMPT)
-    position = start + len(chosen) * per_frame
-    with cache.transient():
-        logits = adapter.forward(adapter.embed_text(q), adapter.text_positions(position, len(q)), cache)[-1]
-    expected = torch.log_softmax(logits, dim=-1)
+    expected = fresh_prefill_logprobs(adapter, video, chosen, session.video.video_start, PROMPT)
     torch.testing.assert_close(answer.first_logprobs, expected, atol=1e-4, rtol=1e-4)
 
 
