@@ -17,12 +17,16 @@ generate() {  # one stream's videos, before the lanes (they would otherwise writ
   "$PY" -m infinipotv.data.check +experiment="$EXPERIMENT" "$@" >/dev/null
 }
 
-run_study() {  # both lanes side by side, timed and logged with the commit, then the tables
+run_lanes() {  # two lane functions side by side, timed and logged with the commit
   local start=$SECONDS a b
-  echo "$(date -u +%FT%TZ) study start at $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" >>"$LOG"
-  lane_a & a=$!
-  lane_b & b=$!
+  echo "$(date -u +%FT%TZ) $1 + $2 start at $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" >>"$LOG"
+  "$1" & a=$!
+  "$2" & b=$!
   wait $a && wait $b
-  echo "$(date -u +%FT%TZ) study done: $((SECONDS - start)) s wall for the runs" >>"$LOG"
+  echo "$(date -u +%FT%TZ) $1 + $2 done: $((SECONDS - start)) s wall for the runs" >>"$LOG"
+}
+
+run_study() {  # lane_a and lane_b side by side, then the tables
+  run_lanes lane_a lane_b
   "$PY" -m infinipotv.results "$EXPERIMENT" --force
 }

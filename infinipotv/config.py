@@ -67,7 +67,9 @@ class CompressConfig:
     # KV memory of the whole cache (all layers, prefix included) instead of |M|: converted to |M| tokens for the
     # storage, and held as a cap on the bytes the cache really occupies (KIVI's thinned key groups cost more)
     budget_mib: Optional[float] = None
-    c_ratio: float = 0.75  # |C| = c_ratio * |M|
+    # |C| = c_ratio * |M|; None: the policy's own split (Policy.default_c_ratio: InfiniPot-V 0.75, ReKV's window
+    # against its retrieved blocks 0.5446...), resolved when the config is read and recorded resolved
+    c_ratio: Optional[float] = None
     preset: str = "paper"  # paper | public_code: defaults for the parameters the policy declares
 
 
@@ -169,6 +171,8 @@ class RunConfig:
     retry_errors: bool = False  # on resume, answer again the questions whose records are errors
     experiment: Optional[str] = None  # set by experiments/NAME.yaml; recorded for the results aggregator
     table: Optional[dict[str, Any]] = None  # an experiment's table spec, read by infinipotv.results, ignored by the job
+    tuning: Optional[dict[str, Any]] = None  # a study's tuning grid and rule, read by infinipotv.results.tuning
+    label: Optional[str] = None  # a study's name for this run's setting (upstream, tuned), a row key of its tables
 
 
 def register_configs() -> None:

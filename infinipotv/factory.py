@@ -42,8 +42,8 @@ def as_run_config(cfg: DictConfig | RunConfig) -> RunConfig:
 
     ``compress`` may hold only its policy's parameters: a key added with ``+compress.KEY=`` that the policy lacks or
     pins is refused here, naming the policy's real parameters. Parameters left None take the preset's value, else
-    the policy's default (:func:`infinipotv.compress.resolve_params`), and are written back, so the saved
-    config.yaml records what ran."""
+    the policy's default (:func:`infinipotv.compress.resolve_params`), and a ``c_ratio`` left None the policy's own
+    split (``Policy.default_c_ratio``); both are written back, so the saved config.yaml records what ran."""
     if isinstance(cfg, DictConfig):
         _check_compress_keys(cfg.compress)
         cfg = OmegaConf.to_object(cfg)
@@ -58,6 +58,8 @@ def as_run_config(cfg: DictConfig | RunConfig) -> RunConfig:
     resolved = _checked(lambda: compress.resolve_params(c.name, c.preset, given), "compress", (ValueError, TypeError))
     for key, value in resolved.items():
         setattr(c, key, list(value) if isinstance(value, tuple) else value)
+    if c.c_ratio is None:
+        c.c_ratio = compress.POLICIES[c.name].default_c_ratio
     return cfg
 
 

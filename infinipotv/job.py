@@ -134,6 +134,8 @@ def _record(
     }
     if answer is not None and answer.gate is not None:  # an answer-time branch: which ran, and why (WeaveTime)
         rec["gate"] = answer.gate
+    if answer is not None and answer.needle is not None:  # what the answer read of its evidence (stream.needles)
+        rec["needle"] = {k: round(v, 6) for k, v in answer.needle.items()}
     if answer is not None and answer.reference is not None:
         ref = answer.reference
         rec["reference"] = {
@@ -143,6 +145,15 @@ def _record(
             "kl_first_token": float(torch.sum(ref.first_logprobs.exp() * (ref.first_logprobs - answer.first_logprobs))),
         }
     return rec
+
+
+def evidence_frames(q: Question, times: np.ndarray) -> tuple[int, int] | None:
+    """The streamed frames ``[first, end)`` whose times lie in the question's evidence seconds (a millisecond's
+    tolerance for the annotation's rounding); None where none is released or no sampled frame falls in it."""
+    if q.evidence_s is None:
+        return None
+    first, end = np.searchsorted(times, np.asarray(q.evidence_s) - 1e-3)
+    return (int(first), int(end)) if end > first else None
 
 
 def _error(err: BaseException) -> str:
@@ -206,7 +217,10 @@ def _stream(
             except Exception as err:  # noqa: BLE001
                 return fail(asked[i:], err)
             try:
-                answer = session.ask(q.prompt, cfg.eval.max_new_tokens or q.max_new_tokens, tail, frames.fps, q.stop)
+                evidence = evidence_frames(q, frames.times)
+                answer = session.ask(
+                    q.prompt, cfg.eval.max_new_tokens or q.max_new_tokens, tail, frames.fps, q.stop, evidence
+                )
                 record = _record(bench, sample, q, answer, None, seen)
                 if ttft is not None:  # a time, not a result: in metrics.json, so predictions stay byte-identical
                     ttft[q.qid] = answer.ttft_s
@@ -276,6 +290,10 @@ def _metrics(
             "byte_cap_passes": sum(p.get("passes", 1) - 1 for p in passes),  # further passes a byte cap asked for
         },
     }
+    needles = [r["needle"] for r in records if isinstance(r.get("needle"), dict)]
+    if needles:  # what the answers read of their evidence, averaged over the questions (stream.needles)
+        metrics["needle"] = {k: float(np.mean([n[k] for n in needles])) for k in ("recall", "share")}
+        metrics["needle"]["n"] = len(needles)
     gate = gate_counts(records)
     if gate is not None:  # the answers each branch of an answer-time gate gave (WeaveTime's retrieval share)
         metrics["gate"] = gate

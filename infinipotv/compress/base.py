@@ -108,6 +108,10 @@ class Policy:
     # True: every head keeps the same tokens (a positional or whole-frame rule, whole tokens retrieved); False: each
     # head chooses its own, which the parametrized policy contract checks on a fresh region.
     head_shared: ClassVar[bool] = False
+    # |C| / |M| when compress.c_ratio is not given: the method's own split scaled to |M| (InfiniPot-V's 0.75,
+    # paper Sec. 4); a method whose upstream splits its memory otherwise declares its proportion and its source.
+    # A method that holds |M| whole (StreamingVLM, StreamMem, StreamingTOM) never reads it.
+    default_c_ratio: ClassVar[float] = 0.75
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -74,6 +74,10 @@ class LiveVLM(RetrievalPolicy):
     offload_on_arrival: ClassVar[bool] = False
     cache_block_keys: ClassVar[bool] = False
 
+    # The paper gives no short-term size (only the long-term budget M = 12K and page_ratio); an even split of the
+    # accelerator tokens between the short-term memory and the retrieved pages is this harness's declared choice.
+    default_c_ratio: ClassVar[float] = 0.5
+
     page_tokens: int = 16
     page_ratio: float = 0.4
     r_frames: int = 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -26,18 +27,23 @@ class ReKV(RetrievalPolicy):
     prefix (``rekv_attention.py:L100``). The prompt and the answer read [prefix | retrieved blocks] (the window only
     with ``include_window``: upstream's answer does not read it unless retrieved); the memory is unchanged after.
 
-    Departures (docs/extending.md): the retrieval buffer is |M| - |C| tokens (upstream: ``retrieve_size`` 64 blocks)
-    so every method holds the same accelerator tokens; the window keeps absolute positions while encoding (upstream
-    re-rotates it to window-relative positions; attention within the window is the same, only the prefix's distance
-    differs); representatives live on the host beside their blocks and are scored there (upstream keeps them on the
-    GPU, where they grow with the stream); runs of ``retrieve_chunk_size`` > 1 are not offered (its default is 1); on
-    M-RoPE models retrieved keys keep their original positions.
+    Departures (docs/extending.md): the window |C| and the retrieval buffer |M| - |C| share |M| in upstream's proportion
+    (``default_c_ratio``: n_local 15,000 against 64 blocks of 196 tokens, so at |M| = 144 and 12 tokens a frame the
+    buffer is 66 tokens, 5 whole frames) so every method holds the same accelerator tokens; the window keeps absolute
+    positions while encoding (upstream re-rotates it to window-relative positions; attention within the window is the
+    same, only the prefix's distance differs); representatives live on the host beside their blocks and are scored there
+    (upstream keeps them on the GPU, where they grow with the stream); runs of ``retrieve_chunk_size`` > 1 are not
+    offered (its default is 1); on M-RoPE models retrieved keys keep their original positions.
 
     Parameters:
         block_frames: frames per offloaded block (upstream: 1 frame of 196 tokens).
         include_window: the local window joins the answer's context after the retrieved blocks.
         positions: ``contiguous`` (re-rotated after the prefix, upstream) or ``original``.
     """
+
+    # Upstream's split (video_qa/base.py:L189-191): a window of n_local = 15,000 tokens beside retrieve_size = 64
+    # retrieved one-frame blocks of 196 tokens (12,544), so the window is 15,000 / 27,544 of the accelerator tokens.
+    default_c_ratio: ClassVar[float] = 15000 / (15000 + 64 * 196)
 
     block_frames: int = 1
     include_window: bool = False

@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from .base import Policy, check_range, register
 from .layout import FrameLayout
 
+UPSTREAM_WINDOW = 4800  # the newest tokens a batch's prefill attends, dequantized (README env table)
+UPSTREAM_RETRIEVED = 12544  # OQM_RETRIEVAL_MAX_TOKENS: the tokens an answer reads
 RETAIN = 50  # CTR_RETAIN_TOKENS: G, of LLaVA-OneVision's 196 tokens per frame (asserted upstream)
 UPSTREAM_FRAME = 196
 TAU = 0.9  # CTR_SIMILARITY_THRESHOLD
@@ -187,12 +189,12 @@ class StreamingTOM(Policy):
     Equal memory: ``compress.budget`` |M| is the answer's retrieved tokens (upstream's OQM_RETRIEVAL_MAX_TOKENS,
     12,544), dequantized on the accelerator like every other method's |M|; the OQM itself is counted on top of it.
 
-    Departures (docs/extending.md): saliency is the vision tower's attention upstream; no adapter gives it yet, so
-    every model uses :func:`embedding_saliency` (1 - cosine of a token's embedding with its frame's mean); the
-    symbolic model's glyph reader has no attention at all. Positions are the stream's own (upstream prefills each
-    batch at positions following its window and the prompt at ``len(retrieved)``). The encode window defaults to
-    |M| tokens (upstream: 4,800), the OQM stays on the accelerator (no host placement offered), and DPC's noise is
-    seeded per frame.
+    Departures (docs/extending.md): saliency is the vision tower's attention upstream; no adapter gives it yet, so every
+    model uses :func:`embedding_saliency` (1 - cosine of a token's embedding with its frame's mean); the symbolic
+    model's glyph reader has no attention at all. Positions are the stream's own (upstream prefills each batch at
+    positions following its window and the prompt at ``len(retrieved)``). The encode window defaults to upstream's
+    proportion of |M| (4,800 against 12,544 retrieved tokens), the OQM stays on the accelerator (no host placement
+    offered), and DPC's noise is seeded per frame.
 
     Parameters:
         retain: tokens kept per frame, G, at most the model's tokens per frame p (None: upstream's share,
@@ -201,7 +203,8 @@ class StreamingTOM(Policy):
         k: DPC's nearest neighbours (upstream 7).
         beta: a static centre's own share after merging (upstream 0.6; 1.0: no merging).
         bits: OQM's code width (upstream 4).
-        window: tokens of the newest memory a chunk's prefill attends, dequantized (None: |M|).
+        window: tokens of the newest memory a chunk's prefill attends, dequantized (None: upstream's share of
+            |M|, ``round(|M| * 4800 / 12544)``: its 4,800-token encode window beside 12,544 retrieved tokens).
         seed: seeds DPC's tie-breaking noise.
     """
 
@@ -223,7 +226,7 @@ class StreamingTOM(Policy):
         if self.bits not in (2, 4, 8):
             raise ValueError(f"bits={self.bits} is not supported: use 2, 4 or 8 (upstream: 4)")
         if self.window is not None and self.window < 0:
-            raise ValueError(f"window={self.window} must be >= 0 tokens (None: |M|)")
+            raise ValueError(f"window={self.window} must be >= 0 tokens (None: upstream's share of |M|)")
 
     def check_storage(self, quantized: bool, contiguous_positions: bool) -> None:
         if quantized:
@@ -231,6 +234,12 @@ class StreamingTOM(Policy):
                 "StreamingTOM stores its memory in OQM (its width is compress.bits), so quant= does not apply: use "
                 "quant=fp16 (or bf16)"
             )
+
+    def window_tokens(self, budget: int) -> int:
+        """The encode window for |M| = ``budget``: ``window``, else upstream's 4,800 : 12,544 scaled to |M|."""
+        if self.window is None:
+            return max(1, round(budget * UPSTREAM_WINDOW / UPSTREAM_RETRIEVED))
+        return self.window
 
     def tokens_kept(self, tokens_per_frame: int) -> int:
         """G for frames of ``tokens_per_frame`` tokens."""

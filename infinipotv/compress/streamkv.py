@@ -17,6 +17,7 @@ The tensor functions here are the upstream ones, each transcribed from ``sou1p0w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -201,6 +202,10 @@ class StreamKV(RetrievalPolicy):
         guidance: the guidance prompt (upstream's encode_prompt).
         include_window / positions: as ReKV's.
     """
+
+    # Upstream's split (run_eval.sh, spec/field2.md section 1.2): ReKV's window of n_local = 15,000 tokens beside
+    # retrieve_size = 64 one-frame blocks of 196 tokens.
+    default_c_ratio: ClassVar[float] = 15000 / (15000 + 64 * 196)
 
     min_segment_size: int = 4
     max_segment_size: int = 64

@@ -97,6 +97,10 @@ class WeaveTime(RetrievalPolicy):
     streaming: ClassVar[str] = "weavetime"
     top: ClassVar[int] = 10  # the top logits the gate's entropy reads (upstream's constant)
 
+    # Upstream's split (run_eval.sh, spec/field2.md section 3.2): a window of n_local = 15,680 tokens (80 frames of
+    # 196) beside retrieve_size = 64 frames, so the window is 80 / 144 of the accelerator tokens.
+    default_c_ratio: ClassVar[float] = 80 / (80 + 64)
+
     threshold: float = 0.6
     prefilter: int = 3
     block_frames: int = 1

@@ -26,6 +26,8 @@ class Question:
     (e.g. ``{"duration": "short", "domain": ..., "task_type": ...}``); they are copied into every prediction record.
     ``stop``: a regular expression; greedy decoding ends as soon as the answer so far matches it (a benchmark whose
     score reads only the answer's start need not pay for the rest: each decoded token is a forward of the model).
+    ``evidence_s``: the seconds ``[start, end)`` of the video that show the answer, where the benchmark releases
+    them; the run then records what the answer read of those frames (:mod:`infinipotv.stream.needles`).
     """
 
     qid: str
@@ -36,6 +38,7 @@ class Question:
     time_s: float | None = None
     max_new_tokens: int = 16
     stop: str | None = None
+    evidence_s: tuple[float, float] | None = None  # where the answer is shown, [start, end) in stream seconds
 
 
 @dataclass

@@ -441,6 +441,9 @@ class Symbolic(AnnotatedBenchmark):
             time_s=asked,
             max_new_tokens=MAX_NEW_TOKENS,
             stop=FIRST_WORD,
+            evidence_s=(hms_seconds(row["evidence"][0]), hms_seconds(row["evidence"][1]))
+            if row.get("evidence")
+            else None,
         )
         return text(row, "video_id"), self.annotations.parent / row["video_path"], question
 

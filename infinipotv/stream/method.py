@@ -48,11 +48,14 @@ class View:
     accelerator bytes the view's own tensors occupy (a retrieval buffer), counted in the answer's memory.
     ``tail_placed``: the method's :meth:`StreamingMethod.before_prefill` already put the frames since the last
     boundary where they follow the view (StreamingVLM's shrink); otherwise the session shifts them by ``start``
-    less the position they were encoded for."""
+    less the position they were encoded for. ``ids``: per layer the stream ids of the tokens it reads, in order
+    (``[N]`` when the heads agree, else ``[H, N]``; text negative), so a question can count what it read of its
+    evidence (:mod:`infinipotv.stream.needles`)."""
 
     layers: list[tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]]
     start: int
     nbytes: int
+    ids: list[torch.Tensor]
     tail_placed: bool = False
 
 

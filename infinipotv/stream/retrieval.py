@@ -148,10 +148,13 @@ class Retrieval(StreamingMethod):
         a, cache, p = self.adapter, video.cache, video.prefix_len
         contiguous = self.rule.positions == "contiguous" and a.contiguous_positions
         block = self.block(video.grid[0] * video.grid[1])
-        layers, nbytes, length = [], 0, 0
+        layers, ids, nbytes, length = [], [], 0, 0
         for layer, (store, host) in enumerate(zip(cache.stores, video.host)):
             got = host.take(self._picked(video, store, host, queries[layer], block))
             stored_k, stored_v = store.read()
+            stored_ids = store.token_ids()[0]
+            read = (stored_ids[:p], got.ids.to(stored_ids), *([stored_ids[p:]] if self.rule.include_window else []))
+            ids.append(torch.cat(read))
             keys, values = got.keys.to(stored_k.dtype), got.values.to(stored_v.dtype)
             nbytes += keys.nbytes + values.nbytes  # the retrieval buffer: the view's own tensors
             window_k, window_v = stored_k[:, p:], stored_v[:, p:]  # read in place
@@ -167,7 +170,7 @@ class Retrieval(StreamingMethod):
                 parts_k, parts_v = (*parts_k, window_k), (*parts_v, window_v)
             layers.append((parts_k, parts_v))
         start = video.video_start + length if contiguous else video.next_position
-        return View(layers=layers, start=start, nbytes=nbytes)
+        return View(layers=layers, start=start, nbytes=nbytes, ids=ids)
 
     def _picked(self, video: VideoState, store, host: HostStore, queries: torch.Tensor, block: int) -> torch.Tensor:
         """Ascending indices into ``host`` of the tokens of the blocks the question picks in one layer. Only whole

@@ -31,6 +31,7 @@ from infinipotv.kv.cache import StreamCache
 from infinipotv.kv.store import FullPrecisionStore, KVStore
 from infinipotv.models.base import ModelAdapter, VisionChunk
 from infinipotv.stream.method import StreamingMethod, View, build_method
+from infinipotv.stream.needles import Extent, evidence_ids, needle_stats
 from infinipotv.stream.schedule import ByteCap
 from infinipotv.stream.trace import PassClock, PeakMemory, TraceStep, sync
 from infinipotv.stream.video_state import VideoState
@@ -47,6 +48,7 @@ class Answer:
     ttft_s: float = 0.0  # from the question to its first token's logits, retrieval included
     accelerator_bytes: int = 0  # the cache's stores, the method's accelerator state and the view's buffers
     gate: dict | None = None  # an answer-time branch's record (WeaveTime: the branch that ran and its entropy)
+    needle: dict[str, float] | None = None  # what the answer read of the question's evidence (stream.needles)
 
 
 class StreamingSession:
@@ -165,6 +167,7 @@ class StreamingSession:
             method.after_chunk(v, chunk, ids, clock, queries)
         sync(a.device)
         step_s = time.perf_counter() - t0
+        v.extents.append(Extent(v.frames_encoded, len(frames), v.vision_tokens, n))
         v.frames_encoded += len(frames)
         v.vision_tokens += n
         v.next_position = max(v.next_position, end)
@@ -212,6 +215,7 @@ class StreamingSession:
         frames: np.ndarray | None = None,
         fps: float | None = None,
         stop: str | None = None,
+        evidence: tuple[int, int] | None = None,
     ) -> Answer:
         """Greedy answer on the current memory; the question and answer are removed from the cache afterwards.
         Decoding ends at an end-of-sequence token, after ``max_new_tokens``, or once the text matches ``stop`` (a
@@ -219,16 +223,22 @@ class StreamingSession:
 
         ``frames``: raw frames streamed since the last chunk boundary, up to the question's time (``fps`` their
         rate). They are encoded and prefilled with the question, transiently: the memory after the answer is the
-        memory before it, and the frames are fed again, as part of their chunk, when the stream reaches its end."""
+        memory before it, and the frames are fed again, as part of their chunk, when the stream reaches its end.
+
+        ``evidence``: the raw frames ``[first, end)`` (indices of the stream) that show the answer, when the
+        benchmark knows them; the answer then records what it read of them (:mod:`infinipotv.stream.needles`)."""
         v = self.video
         if frames is not None and v.pending is not None:
             raise RuntimeError("ask(frames=...) after a partial model frame was fed: feed whole chunks before it")
-        tail = None
+        tail, extents = None, v.extents
         if frames is not None and len(frames):
-            tail = self.adapter.encode_frames(self._whole_steps(frames), v.frames_encoded, fps or v.fps, v.video_start)
+            whole = self._whole_steps(frames)
+            tail = self.adapter.encode_frames(whole, v.frames_encoded, fps or v.fps, v.video_start)
             if v.grid is not None and tail.grid != v.grid:
                 raise ValueError(f"frame grid changed within a video: {v.grid} then {tail.grid}")
-        answer = self._answer(v.cache, prompt, max_new_tokens, tail, stop, self.method)
+            extents = [*extents, Extent(v.frames_encoded, len(whole), v.vision_tokens, tail.embeds.shape[0])]
+        wanted = None if evidence is None else evidence_ids(extents, *evidence, self.adapter.frames_per_step)
+        answer = self._answer(v.cache, prompt, max_new_tokens, tail, stop, self.method, wanted)
         if v.ref_cache is not None:
             answer.reference = self._answer(v.ref_cache, prompt, max_new_tokens, tail, stop, None)
         return answer
@@ -242,22 +252,26 @@ class StreamingSession:
         tail: VisionChunk | None,
         stop: str | None,
         method: StreamingMethod | None,
+        evidence: torch.Tensor | None = None,
     ) -> Answer:
         """Greedy decoding in the cache's transient mode, on the view the ``method`` gives (None: all memory).
 
         The view replaces the stored video memory after the prefix, and the question starts at the view's
         position; frames since the last boundary (``tail``) are prefilled after it, at their own positions. A method
         with an answer-time branch (:meth:`StreamingMethod.reconsider`) sees the prompt's logits and queries on
-        that view and may have the prompt prefilled again on another, which the answer then decodes from."""
+        that view and may have the prompt prefilled again on another, which the answer then decodes from.
+        ``evidence``: stream ids of the frames that show the answer; the answer records what it read of them."""
         a = self.adapter
         ids = a.question_ids(prompt)
         sync(a.device)
         t0 = time.perf_counter()
         view = method.view(self.video, ids) if method is not None else None
-        if tail is not None and method is not None:
+        tail_ids = None
+        if tail is not None:
             first = self.video.vision_tokens
             tail_ids = torch.arange(first, first + tail.embeds.shape[0])
-            tail, _ = method.before_prefill(self.video, tail, tail_ids, transient=True)
+            if method is not None:
+                tail, tail_ids = method.before_prefill(self.video, tail, tail_ids, transient=True)
         branch = method is not None and method.capture_answer_queries
         gate = None
         while True:
@@ -274,9 +288,25 @@ class StreamingSession:
                 out = self._decode(cache, logits, position, max_new_tokens, stop)
                 break
         held = self._accelerator_bytes(view) if cache is self.video.cache else sum(cache.nbytes().values())
+        needle = None if evidence is None else needle_stats(self._read_ids(cache, view, tail_ids), evidence)
         return Answer(
-            text=a.decode(out), tokens=out, first_logprobs=first, ttft_s=ttft, accelerator_bytes=held, gate=gate
+            text=a.decode(out),
+            tokens=out,
+            first_logprobs=first,
+            ttft_s=ttft,
+            accelerator_bytes=held,
+            gate=gate,
+            needle=needle,
         )
+
+    @staticmethod
+    def _read_ids(cache: StreamCache, view: View | None, tail_ids: torch.Tensor | None) -> list[torch.Tensor]:
+        """Per layer the stream ids of the tokens a prompt read: the view's, or the stored memory's, then the
+        frames since the boundary."""
+        read = view.ids if view is not None else [store.token_ids() for store in cache.stores]
+        if tail_ids is None:
+            return read
+        return [torch.cat([r, tail_ids.to(r).expand(*r.shape[:-1], -1)], dim=-1) for r in read]
 
     def _prompt(
         self, cache: StreamCache, view: View | None, tail: VisionChunk | None, ids: list[int]

@@ -37,7 +37,7 @@ class StreamingTOMMethod(StreamingMethod):
         self.policy = policy
         self.adapter = adapter
         self.budget = budget  # the tokens a question retrieves (|M|), dequantized on the accelerator
-        self.window = budget if policy.window is None else policy.window
+        self.window = policy.window_tokens(budget)
 
     @classmethod
     def check_byte_cap(cls) -> None:
@@ -116,7 +116,7 @@ class StreamingTOMMethod(StreamingMethod):
         scratch = StreamCache(a.n_layers, FullPrecisionStore)
         with a.capture_queries() as captured, scratch.transient():
             a.forward(a.embed_text(question_ids), a.text_positions(0, len(question_ids)), scratch, logits=False)
-        layers, nbytes = [], 0
+        layers, ids, nbytes = [], [], 0
         for layer, queries in zip(video.cache.layers, captured):
             oqm = layer.store.oqm
             groups = None
@@ -125,5 +125,6 @@ class StreamingTOMMethod(StreamingMethod):
                 groups = top_groups(query_repr(queries[0], a.n_kv_heads), oqm.group_keys(), limit, oqm.group_size)
             keys, values = oqm.read_groups(groups)
             layers.append((keys, values))
+            ids.append(oqm.token_ids() if groups is None else oqm.group_ids(groups))
             nbytes += keys.nbytes + values.nbytes
-        return View(layers, start=video.next_position, nbytes=nbytes)
+        return View(layers, start=video.next_position, nbytes=nbytes, ids=ids)

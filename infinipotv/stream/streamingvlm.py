@@ -138,4 +138,5 @@ class StreamingVLMMethod(StreamingMethod):
         layers = [store.read() for store in video.cache.stores]  # the stored tensors themselves: no new bytes
         held = video.video_tokens // (video.grid[0] * video.grid[1]) if video.grid is not None else 0
         start = int(self.held_positions(video, held).max()) + 1 if held else video.video_start
-        return View(layers, start=start, nbytes=0, tail_placed=True)
+        ids = [store.token_ids() for store in video.cache.stores]
+        return View(layers, start=start, nbytes=0, ids=ids, tail_placed=True)

@@ -14,6 +14,7 @@ import numpy as np
 
 from infinipotv.kv.cache import StreamCache
 from infinipotv.kv.host import HostStore
+from infinipotv.stream.needles import Extent
 from infinipotv.stream.trace import TraceStep
 
 
@@ -34,6 +35,7 @@ class VideoState:
     pending: np.ndarray | None = None  # raw frames waiting to fill a whole model frame (Qwen merges 2)
     fps: float = 1.0  # the frame rate of the last frames fed
     trace: list[TraceStep] = field(default_factory=list)
+    extents: list[Extent] = field(default_factory=list)  # each prefilled chunk's raw frames and stream ids
     host: list[HostStore] = field(default_factory=list)  # offloaded tokens, one store per layer (H2), if any
     state: dict = field(default_factory=dict)  # the streaming method's own per-video state
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The fair field study of experiments/fair_peers.yaml, in phases, two lanes (one core each) per phase:
+#   dev    the development grid on seed 2 (100 questions, |M| = 144): every method's default and its `tuning` grid
+#   tune   python -m infinipotv.results.tuning fair_peers: the rule picks each method's setting (tuning.md/.json)
+#   test   seed 0 at |M| = 72, 144, 288, 576 at the upstream split, then the tuned rows, INT4 at equal bytes, the
+#          full cache, seed 1 at |M| = 144, and the check of each choice at |M| = 288 on the development seed
+#   tables python -m infinipotv.results fair_peers
+# Usage: bash experiments/fair_peers.sh [dev|test|all]   (from the repository root, after `make install`)
+# Time: ~3.5 min per 100-question run and ~6.5 min per 200-question run per core on a 2-core VM: the development
+# grid ~30 runs (~1 h), the test phase ~110 runs (~6 h), so the study spans sittings. Every sweep resumes its own run
+# directories under results/runs/fair_peers, so running the script again continues where it stopped; commit the
+# finished runs (their compact form, docs/results.md) at the end of a sitting. Wall times go to study.log.
+# tests/results/test_fair_peers.py composes every `sweep` line below.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXPERIMENT=fair_peers
+source experiments/study.sh
+
+DEV=(benchmark.seed=2 benchmark.options.n_videos=10)
+BUDGETS=(72 144 288 576)
+MIB=(1.7853 3.3921 6.6056 13.0326)  # FP16 bytes of each budget + the prefix (experiments/fair_peers.yaml)
+TUNED=(swa van tar_van van_pool tar_van_pool rekv livevlm streamkv weavetime streammem streamingtom)
+
+tuned() {  # the chosen overrides of method $1 (empty: the rule kept its default)
+  "$PY" -m infinipotv.results.tuning "$EXPERIMENT" --overrides "$1"
+}
+
+dev_a() {
+  sweep "${DEV[@]}"                                                                             # 12 defaults
+  sweep compress=swa,tar_van_pool compress.c_ratio=0.5,0.625 "${DEV[@]}"
+  sweep compress=van,tar_van,van_pool compress.c_ratio=0.5 "${DEV[@]}"
+}
+
+dev_b() {
+  sweep compress=rekv,livevlm,streamkv,weavetime compress.c_ratio=0.25,0.75 "${DEV[@]}"
+  sweep compress=streammem compress.prototypes=false "${DEV[@]}"
+  sweep compress=streamingtom compress.retain=2,6 "${DEV[@]}"
+}
+
+test_a() {
+  sweep label=upstream compress.budget=144                                                      # 12 at 1/8
+  sweep label=upstream compress.budget=72
+  sweep compress=full compress.budget=null label=upstream
+  for i in 0 1 2 3; do
+    sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib="${MIB[$i]}" label=upstream
+  done
+  tuned_rows 0
+}
+
+test_b() {
+  sweep label=upstream compress.budget=288
+  sweep label=upstream compress.budget=576
+  tuned_rows 1
+  sweep label=upstream compress.budget=144 benchmark.seed=1
+}
+
+tuned_rows() {  # lane $1 of 2: the tuned rows of half the methods at every budget, and their check on the dev seed
+  local i=0 method chosen
+  for method in "${TUNED[@]}"; do
+    i=$((i + 1))
+    [ $((i % 2)) -eq "$1" ] || continue
+    chosen=$(tuned "$method")
+    [ -n "$chosen" ] || continue
+    # shellcheck disable=SC2086  # the chosen overrides are words
+    sweep compress="$method" $chosen label=tuned compress.budget=72,144,288,576
+    sweep compress="$method" $chosen compress.budget=288 "${DEV[@]}"
+    sweep compress="$method" compress.budget=288 "${DEV[@]}"
+    sweep compress="$method" $chosen label=tuned compress.budget=144 benchmark.seed=1
+  done
+}
+
+phase=${1:-all}
+generate benchmark.seed=0
+generate "${DEV[@]}"
+generate benchmark.seed=1
+if [ "$phase" = dev ] || [ "$phase" = all ]; then
+  run_lanes dev_a dev_b
+  "$PY" -m infinipotv.results.tuning "$EXPERIMENT"
+fi
+if [ "$phase" = test ] || [ "$phase" = all ]; then
+  run_lanes test_a test_b
+  "$PY" -m infinipotv.results.tuning "$EXPERIMENT"   # again: the check column, from the runs at |M| = 288
+  "$PY" -m infinipotv.results "$EXPERIMENT" --force
+fi

@@ -1,0 +1,183 @@
+"""``python -m infinipotv.results.tuning STUDY``: each method's memory knob chosen on a development seed by a rule
+written down before the sweep, and the table of the grid and the choices (issue 44).
+
+The rule and the grid live in the study's experiment file, in its ``tuning`` block, beside the runs it reads::
+
+    tuning:
+      where: {benchmark.seed: 2, compress.budget: 144}   # the development runs (a seed no table reports)
+      check: {benchmark.seed: 2, compress.budget: 288}   # the budget where a choice is checked again
+      score: overall                                     # the score the rule reads
+      margin: 3.0                                        # points a setting must gain over the default
+      grids:                                             # per method: its knob and the values tried besides
+        rekv: {compress.c_ratio: [0.25, 0.75]}           # the method's default (its upstream proportion)
+
+The rule: each method's default (the run without the knob set: its upstream proportion) is kept unless another
+value of the grid scores at least ``margin`` points more on the development runs; then the best such value is
+chosen (the first in grid order on a tie). The margin is about the noise of 100 questions, so a setting the
+development seed cannot tell apart from the default does not replace it. The choice is applied as a proportion at
+every budget and checked at ``check``: the tuned and default runs there say whether it still holds.
+
+Writes ``results/STUDY/tuning.md`` (the grid, each value's development score and n, the choice and the check) and
+``results/STUDY/tuning.json`` (the chosen overrides per method), which the study's script reads back with
+``--overrides METHOD`` to launch the tuned runs. A value of the grid without its run is a missing row, and its method
+keeps its default until every value has run: a partial grid never chooses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infinipotv import compress
+from infinipotv.results.collect import Run, load_runs
+from infinipotv.results.published import same_value
+from infinipotv.results.report import experiment_file
+from infinipotv.results.tables import matches
+
+C_RATIO = "compress.c_ratio"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One value of a method's knob on the development runs (``score`` None: not run yet)."""
+
+    method: str
+    knob: str
+    value: Any
+    default: bool
+    score: float | None
+    n: int
+
+
+def default_value(method: str, knob: str) -> Any:
+    """The value a run takes when ``knob`` is not given: the policy's own split, or its declared default."""
+    if knob == C_RATIO:
+        return compress.POLICIES[method].default_c_ratio
+    return compress.policy_params(method)[knob.removeprefix("compress.")]
+
+
+def _score(runs: Sequence[Run], method: str, knob: str, value: Any, where: Mapping[str, Any], score: str) -> Trial:
+    found = [
+        r
+        for r in runs
+        if r.fields["policy"] == method and matches(r.fields, where) and same_value(r.flat_config.get(knob), value)
+    ]
+    default = same_value(value, default_value(method, knob))
+    if not found:
+        return Trial(method, knob, value, default, None, 0)
+    run = max(found, key=lambda r: len(r.predictions))
+    value_found = run.scores.get(score)
+    return Trial(
+        method, knob, value, default, None if value_found is None else float(value_found), len(run.predictions)
+    )
+
+
+def trials(runs: Sequence[Run], spec: Mapping[str, Any], where: Mapping[str, Any]) -> dict[str, list[Trial]]:
+    """Per method, the default first and then the grid's values, each with its score on the runs ``where``."""
+    out = {}
+    for method, grid in spec["grids"].items():
+        (knob, values), *more = grid.items()
+        if more:
+            raise ValueError(f"tuning.grids.{method}: one knob per method, got {', '.join(grid)}")
+        values = [default_value(method, knob), *(v for v in values if not same_value(v, default_value(method, knob)))]
+        out[method] = [_score(runs, method, knob, v, where, spec.get("score", "overall")) for v in values]
+    return out
+
+
+def choose(candidates: Sequence[Trial], margin: float) -> Trial | None:
+    """The rule (module docstring): None while a value has not run."""
+    if any(t.score is None for t in candidates):
+        return None
+    default = candidates[0]
+    better = [t for t in candidates[1:] if t.score >= default.score + margin]
+    return max(better, key=lambda t: t.score, default=None) or default
+
+
+def overrides(trial: Trial) -> list[str]:
+    """The command-line overrides that run ``trial``'s setting (none for a default)."""
+    return [] if trial.default else [f"{trial.knob}={trial.value}"]
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def tuning_report(runs: Sequence[Run], spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The markdown table of the grid and the choices, and the JSON of the chosen overrides."""
+    margin = float(spec.get("margin", 0.0))
+    dev = trials(runs, spec, spec["where"])
+    check = trials(runs, spec, spec["check"]) if spec.get("check") else {}
+    lines = [
+        f"Development runs: {json.dumps(spec['where'])}; score `{spec.get('score', 'overall')}`; rule: keep the "
+        f"default (the method's upstream proportion) unless a value scores >= {margin:g} points more (then the best).",
+        "",
+        "| Method | Knob | Value | Default | Dev score | n | Chosen | Check score |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    chosen_json: dict[str, Any] = {}
+    for method, candidates in dev.items():
+        chosen = choose(candidates, margin)
+        checked = {_fmt(t.value): t for t in check.get(method, [])}
+        for t in candidates:
+            c = checked.get(_fmt(t.value))
+            lines.append(
+                f"| {method} | {t.knob.removeprefix('compress.')} | {_fmt(t.value)} | {'yes' if t.default else ''} | "
+                f"{'–' if t.score is None else f'{t.score:.1f}'} | {t.n or '–'} | "
+                f"{'**yes**' if chosen is not None and chosen.value == t.value else ''} | "
+                f"{'' if c is None or c.score is None else f'{c.score:.1f}'} |"
+            )
+        chosen_json[method] = {
+            "knob": candidates[0].knob,
+            "default": candidates[0].value,
+            "chosen": None if chosen is None else chosen.value,
+            "overrides": None if chosen is None else overrides(chosen),
+            "complete": chosen is not None,
+        }
+    if check:
+        lines += [
+            "",
+            f"Check score: the same value on {json.dumps(spec['check'])} (only the default and the chosen run).",
+        ]
+    return "\n".join(lines) + "\n", chosen_json
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infinipotv.results.tuning", description=__doc__)
+    parser.add_argument("experiment", help="name of experiments/NAME.yaml (its `tuning` block)")
+    parser.add_argument("--runs", default="results/runs", help="folder searched recursively for run dirs")
+    parser.add_argument("--out", default=None, help="output folder (default results/EXPERIMENT/)")
+    parser.add_argument("--overrides", metavar="METHOD", help="print METHOD's chosen overrides (from tuning.json)")
+    args = parser.parse_args(argv)
+    path = experiment_file(args.experiment)
+    out = Path(args.out or Path("results") / path.stem)
+    if args.overrides:
+        chosen = json.loads((out / "tuning.json").read_text()).get(args.overrides)
+        if chosen is None or not chosen["complete"]:
+            print(f"error: {args.overrides} has no complete tuning in {out / 'tuning.json'}", file=sys.stderr)
+            return 2
+        print(" ".join(chosen["overrides"]))
+        return 0
+    spec = (yaml.safe_load(path.read_text()) or {}).get("tuning")
+    if not spec:
+        print(f"error: {path} has no `tuning` block", file=sys.stderr)
+        return 2
+    name = (yaml.safe_load(path.read_text()) or {}).get("experiment", path.stem)
+    runs = [r for r in load_runs(args.runs) if r.fields["experiment"] == name]
+    text, chosen = tuning_report(runs, spec)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tuning.md").write_text(text)
+    (out / "tuning.json").write_text(json.dumps(chosen, indent=2, sort_keys=True) + "\n")
+    print(text)
+    print(f"wrote {out / 'tuning.md'} and {out / 'tuning.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
