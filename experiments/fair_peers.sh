@@ -52,6 +52,8 @@ test_b() {
   sweep label=upstream compress.budget=576
   tuned_rows 1
   sweep label=upstream compress.budget=144 benchmark.seed=1
+  sweep compress=full compress.budget=null label=upstream benchmark.seed=1
+  sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib="${MIB[1]}" label=upstream benchmark.seed=1
 }
 
 tuned_rows() {  # lane $1 of 2: the tuned rows of half the methods at every budget, and their check on the dev seed

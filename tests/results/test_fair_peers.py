@@ -1,0 +1,139 @@
+"""The fair study runs as written (experiments/fair_peers.sh and .yaml): every `sweep` its lanes launch, expanded
+by bash as the script expands it, composes into jobs the launcher's sweep check accepts (every method's split fits
+the smallest budget with one-frame chunks), each job in a run directory of its own; the test runs fill every row of
+the tables once per method, setting and storage; the equal-bytes MiB are the code's own."""
+
+from __future__ import annotations
+
+import math
+import shlex
+import subprocess
+from collections import Counter
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from infinipotv.factory import build_adapter, build_parts
+from infinipotv.models.base import ModelAdapter
+from infinipotv.results.report import load_experiment
+from infinipotv.results.spec import AutoRows
+from infinipotv.results.tables import matches
+from tests.results.test_peer_experiments import _sweep
+from tests.symbolic.conftest import compose_run
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "experiments" / "fair_peers.sh"
+TUNED = "rekv"  # the method the stand-in rule "chose" a setting for (the others keep their default)
+METHODS = [
+    m.strip()
+    for m in (ROOT / "experiments" / "fair_peers.yaml")
+    .read_text()
+    .split("compress: swa,", 1)[1]
+    .split("\n", 1)[0]
+    .split(",")
+]
+METHODS = ["swa", *METHODS]
+
+
+def _lane_sweeps() -> dict[str, list[list[str]]]:
+    """Every `sweep` of each lane function, as bash expands it (a stand-in `tuned` picks c_ratio 0.25 for TUNED)."""
+    body = SCRIPT.read_text().split("\nphase=", 1)[0].replace("source experiments/study.sh", "")
+    lanes = {}
+    for lane in ("dev_a", "dev_b", "test_a", "test_b"):
+        script = (
+            f"{body}\nsweep() {{ printf '%q ' \"$@\"; echo; }}\n"
+            f'tuned() {{ [ "$1" = {TUNED} ] && echo compress.c_ratio=0.25 || true; }}\n{lane}\n'
+        )
+        out = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        lanes[lane] = [shlex.split(line) for line in out.splitlines() if line.strip()]
+    return lanes
+
+
+LANES = _lane_sweeps()
+SWEEPS = [(lane, command) for lane, commands in LANES.items() for command in commands]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("lane", "command"), SWEEPS, ids=[f"{lane}: {' '.join(c)}" for lane, c in SWEEPS])
+def test_every_sweep_composes_and_passes_the_sweep_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lane: str, command: list[str]
+) -> None:
+    jobs = _sweep("fair_peers", command, tmp_path, monkeypatch)
+    assert {j["eval.chunk_frames"] for j in jobs} == {1}
+    assert {(j["benchmark.seed"], j["benchmark.options.n_videos"]) for j in jobs} <= {(2, 10), (0, 20), (1, 20)}
+    if lane.startswith("dev"):
+        assert {j["benchmark.seed"] for j in jobs} == {2} and {j["label"] for j in jobs} == {None}
+
+
+def test_the_test_runs_fill_every_row_once() -> None:
+    """Seed 0 at every budget: each method at its upstream split, the tuned method again, InfiniPot-V in INT4 at
+    equal bytes, the full cache; seed 1 at |M| = 144 the same; nothing else reaches a table."""
+    _, spec = load_experiment(ROOT / "experiments" / "fair_peers.yaml")
+    methods = [m for m in spec.tables[0].rows.order["policy"] if m != "full"]
+    filled: Counter = Counter()
+    for lane in ("test_a", "test_b"):
+        for command in LANES[lane]:
+            for job in _expand(command):
+                for table in spec.tables:
+                    assert isinstance(table.rows, AutoRows)
+                    if matches(job, table.rows.where):
+                        filled[(table.name, job["policy"], job["label"], job["kv"])] += 1
+    want = Counter()
+    for table in ("m72", "m144", "m288", "m576", "seed1_m144"):
+        want.update({(table, m, "upstream", "fp16"): 1 for m in methods})
+        want[(table, TUNED, "tuned", "fp16")] = 1
+        want[(table, "full", "upstream", "fp16")] = 1
+        want[(table, "tar_van_pool", "upstream", "int4")] = 1
+    assert dict(filled) == dict(want)
+
+
+def _expand(command: list[str]) -> list[dict]:
+    """A sweep line's jobs as the fields tables match on, without composing (the sweeper's crossing of the
+    experiment's params with the line's own, a comma list swept)."""
+    base = {
+        "policy": None,
+        "compress.budget": 144,
+        "kv": "fp16",
+        "label": None,
+        "benchmark.seed": 0,
+        "compress.budget_mib": None,
+    }
+    keys = {"compress": "policy", "quant": "kv"}
+    swept = {"policy": ",".join(METHODS)}
+    for item in command:
+        key, value = item.split("=", 1)
+        swept[keys.get(key, key)] = value
+    jobs = [{}]
+    for key, values in swept.items():
+        jobs = [{**j, key: _value(v)} for j in jobs for v in values.split(",")]
+    return [{**base, **j} for j in jobs]
+
+
+def _value(text: str):
+    if text == "null":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+@lru_cache(maxsize=1)
+def _symbolic() -> ModelAdapter:
+    return build_adapter(compose_run())
+
+
+@pytest.mark.parametrize(("budget", "mib"), [(72, 1.7853), (144, 3.3921), (288, 6.6056), (576, 13.0326)])
+def test_equal_bytes_are_the_least_mib_that_hold_the_budget(budget: int, mib: float) -> None:
+    """The script's MiB hold |M| and the prefix in FP16 (and no 4-decimal MiB less does); INT4 holds more tokens."""
+    symbolic = _symbolic()
+    fp16 = build_parts(compose_run("+experiment=fair_peers", f"compress.budget={budget}"), symbolic)
+    assert mib == math.ceil(fp16.budget_bytes / 2**20 * 1e4) / 1e4
+    overrides = ("+experiment=fair_peers", "quant=int4", "compress.budget=null", f"compress.budget_mib={mib}")
+    int4 = build_parts(compose_run(*overrides), symbolic)
+    assert int4.budget > budget and int4.byte_cap.cap <= mib * 2**20
+    assert str(mib) in SCRIPT.read_text().split("MIB=(", 1)[1].split(")", 1)[0]
