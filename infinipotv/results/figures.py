@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure  # figures built without pyplot: no global state, no display backend needed
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
@@ -246,9 +247,16 @@ def run_label(run: Run) -> str:
     return f"{method_style(str(f['policy'])).name} {str(f['kv']).upper()}, {budget}"
 
 
+def _trace_order(run: Run) -> tuple[tuple[int, int], str, float]:
+    """A run's place in the memory figure: its method's, its storage, its budget (none last)."""
+    budget = run.fields["budget_tokens"]
+    return method_style(str(run.fields["policy"])).order, str(run.fields["kv"]), float(budget or "inf")
+
+
 def plot_memory_trace(runs: Sequence[Run], video_id: str | None = None) -> Figure:
-    """KV cache size (MiB) against frames streamed, one line per run (drawn as its method is everywhere), for
-    ``video_id`` (default: the longest video every run streamed, the first by id among equals)."""
+    """KV cache size (MiB) against frames streamed, one line per run (drawn as its method is everywhere, one
+    method's budgets in shades of its colour, the largest darkest), for ``video_id`` (default: the longest video every
+    run streamed, the first by id among equals)."""
     traces = {run.id: run.memory() for run in runs}
     traces = {k: v for k, v in traces.items() if not v.empty}
     if not traces:
@@ -261,18 +269,21 @@ def plot_memory_trace(runs: Sequence[Run], video_id: str | None = None) -> Figur
         video_id = first[first["video_id"].isin(common)].groupby("video_id")["frames_seen"].max().idxmax()
     fig = Figure(figsize=(6.5, 3.4))
     ax = fig.subplots()
-    order = sorted((r for r in runs if r.id in traces), key=lambda r: method_style(str(r.fields["policy"])).order)
-    for run in order:
+    drawn = sorted((r for r in runs if r.id in traces), key=_trace_order)
+    for run in drawn:
         trace = traces[run.id]
         style = method_style(str(run.fields["policy"]))
         steps = trace[trace["video_id"] == video_id].sort_values("step")
+        # one method's budgets in shades of its family's colour, the largest darkest
+        budgets = sorted({_trace_order(r)[2] for r in drawn if _trace_order(r)[:2] == _trace_order(run)[:2]})
+        lighter = 0.6 * (len(budgets) - 1 - budgets.index(_trace_order(run)[2])) / max(len(budgets) - 1, 1)
         # markers: a run with one step (a short video, one chunk) is a single point, invisible as a bare line
         ax.plot(
             steps["frames_seen"],
             steps["cache_bytes"] / 2**20,
             marker=style.marker,
             markersize=3,
-            color=style.colour,
+            color=tuple(c + (1 - c) * lighter for c in to_rgb(style.colour)),
             linestyle=STYLES.get(str(run.fields["kv"]), "-"),
             label=run_label(run),
         )

@@ -172,3 +172,15 @@ def test_the_experiment_files_figures_are_drawn_from_run_directories(tmp_path: P
         "accuracy_vs_time_ttft_s_median_mlvu_avg.png",
     ]
     assert not [n for n in report.notes if n.startswith("figure")], report.notes
+
+
+def test_the_memory_figure_names_runs_in_words_and_shades_one_methods_budgets(sweep_dir: Path) -> None:
+    from infinipotv.results import load_runs, plot_memory_trace
+
+    runs = [r for r in load_runs(sweep_dir) if r.fields["benchmark"] == "mlvu"]
+    lines = _lines(plot_memory_trace(runs))
+    fp16 = [label for label in lines if label.startswith("InfiniPot-V FP16")]
+    assert fp16 == [f"InfiniPot-V FP16, |M| = {b}" for b in ("3K", "6K", "12K", "24K")]  # in budget order
+    assert len({to_hex(lines[label].get_color()) for label in fp16}) == 4  # told apart
+    assert to_hex(lines[fp16[-1]].get_color()) == method_style("tar_van_pool").colour.lower()  # the largest: its own
+    assert "Full KV FP16, no budget" in lines
