@@ -1,6 +1,13 @@
 # What the CPU studies' scripts share (sourced by experiments/cpu_symbolic.sh and cpu_peers.sh, never run alone):
 # one core per lane, a timed Hydra sweep per line, the two lanes run side by side, the wall times and the commit in
-# the study's log, then its tables. Set EXPERIMENT and define lane_a and lane_b before calling run_study.
+# the study's log, then its runs compacted for git and its tables. Set EXPERIMENT and define lane_a and lane_b
+# before calling run_study (or call run_lanes with two lane functions of its own, as fair_peers.sh does).
+# The runs are committed: results/runs/$EXPERIMENT/ is where they are written and what git keeps, in compact form
+# (python -m infinipotv.compact: config, provenance, predictions, metrics; a finished run's step trace trimmed to one
+# video; its own .gitignore keeps the rest out; refused over 30 MiB). A study may span sittings: stop it, run
+# `python -m infinipotv.compact $EXPERIMENT`, commit results/runs/$EXPERIMENT, and the next sitting (this script
+# again, on any clone) skips the finished runs as committed and resumes the unfinished ones. From a fresh clone,
+# `python -m infinipotv.results $EXPERIMENT --force` re-renders every table and figure without running anything.
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1
@@ -26,7 +33,8 @@ run_lanes() {  # two lane functions side by side, timed and logged with the comm
   echo "$(date -u +%FT%TZ) $1 + $2 done: $((SECONDS - start)) s wall for the runs" >>"$LOG"
 }
 
-run_study() {  # lane_a and lane_b side by side, then the tables
+run_study() {  # lane_a and lane_b side by side, then the runs compacted for git and the tables
   run_lanes lane_a lane_b
+  "$PY" -m infinipotv.compact "$EXPERIMENT"
   "$PY" -m infinipotv.results "$EXPERIMENT" --force
 }

@@ -24,6 +24,7 @@ import torch
 from omegaconf import OmegaConf
 
 from infinipotv.answers import RunFailed, changed, failure
+from infinipotv.compact import check_restream, recorded_metrics
 from infinipotv.config import RunConfig
 from infinipotv.data import Benchmark, Question, VideoSample
 from infinipotv.data.frames import FrameSource, SourcesAhead
@@ -403,11 +404,15 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
     t0 = time.perf_counter()
     bench = build_benchmark(cfg)
     samples = select(bench.samples(), cfg.benchmark)
-    expected = sum(len(s.questions) for s in samples)
+    asked = [q.qid for s in samples for q in s.questions]
+    check_restream(run_dir, {q.qid: q for s in samples for q in s.questions}, cfg.retry_errors)
     done = _todo(run_dir, samples, cfg.retry_errors)
     print(f"run directory: {run_dir}", file=sys.stderr, flush=True)  # the end summary repeats it
     if done:
-        print(f"resumed: {len(done)} of {expected} already answered", file=sys.stderr, flush=True)
+        print(f"resumed: {len(done)} of {len(asked)} already answered", file=sys.stderr, flush=True)
+    recorded = recorded_metrics(run_dir, asked) if done.issuperset(asked) else None
+    if recorded is not None:  # finished before: its metrics and provenance stay as that run wrote them
+        return recorded
     parts: Parts | None = None
     out, memory = _Appender(run_dir / PREDICTIONS), _Appender(run_dir / MEMORY)
     streamed = [s for s in samples if s.error is None and any(q.qid not in done for q in s.questions)]
@@ -450,7 +455,6 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
         "budget_tokens": parts.budget if parts else cfg.compress.budget,
         "budget_bytes": parts.budget_bytes if parts else None,
     }
-    asked = [q.qid for s in samples for q in s.questions]
     metrics = _metrics(bench, records, cfg, parts_info, asked, time.perf_counter() - t0, run_dir / MEMORY)
     if ttft:  # the questions this process answered (a resumed run times only its own)
         times = sorted(ttft.values())

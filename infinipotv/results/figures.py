@@ -1,10 +1,17 @@
-"""Figures from the tidy frame and the memory traces (matplotlib, saved as PNG + PDF).
+"""Figures from the tidy frame and the memory traces (matplotlib, saved as PNG + PDF), drawn to be read at a glance.
 
-- accuracy vs budget: one line per (policy, kv) over |M| (colour: policy, line style: storage), with its 95% CI as
-  a band where the frame has ``ci_low``/``ci_high``; runs with a budget in bytes as hollow squares of their own;
-  runs without a budget (full KV) as dotted horizontals; the legend outside the axes.
-- accuracy vs a measurement (accelerator bytes, time to first token...): one point per run, its 95% CI as a vertical
-  bar, the Pareto front (no other run is both better and cheaper) joined by a dashed line.
+Every figure draws a method the same way (:mod:`infinipotv.results.methods`): one colour per method family, a marker
+per method within it, a line style per storage (FP16 solid, INT4 dashed), its name as the papers write it in a
+legend outside the axes, and no label on a point. Axes say what they show in words (``accelerator memory (MiB)``,
+``time to first token (s)``, ``accuracy (%)``, ``|M| (tokens ...)``); an axis is logarithmic only where its values
+span more than 10x.
+
+- accuracy vs budget: one line per method (and storage) over |M|, with its 95% CI as a bar where the frame has
+  ``ci_low``/``ci_high``; runs given a budget in bytes as a line of hollow markers of their own (at equal bytes a
+  low-bit cache holds more tokens, a different comparison); runs without a budget (full KV) as dotted horizontals.
+- accuracy vs a measurement (accelerator bytes, time to first token...): one line per method across its budgets,
+  its points joined in order of the measurement, each with its 95% CI as a vertical bar; the Pareto front (no other
+  run is both better and cheaper) as a wide grey band behind them.
 - KV memory vs frames streamed: ``cache_bytes`` from ``memory.jsonl`` for one video, one line per run, which shows
   full KV growing with the stream and a compressed cache held at its budget, FP16 above INT4.
 """
@@ -15,14 +22,34 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
-from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure  # figures built without pyplot: no global state, no display backend needed
-from matplotlib.ticker import FixedLocator, NullLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from infinipotv.results.collect import Run
+from infinipotv.results.methods import method_style
+from infinipotv.results.spec import SCALES
 from infinipotv.results.tables import RANDOM_WEIGHTS
 
 STYLES = {"fp16": "-", "bf16": "-", "int8": "-.", "int4": "--", "int2": ":"}  # line style per storage (kv)
+LOG_SPAN = 10.0  # an axis whose values span more than this factor is logarithmic
+#: Measurements in words (a figure's axis never shows a metrics.json key); the unit comes from the scale.
+METRIC_WORDS = {
+    "memory.peak_accelerator_bytes": "accelerator memory",
+    "memory.peak_host_bytes": "host memory",
+    "memory.peak_cache_bytes": "KV cache",
+    "memory.peak_memory_bytes": "process peak memory",
+    "memory.peak_cache_tokens": "KV cache tokens",
+    "memory.frames": "frames streamed",
+    "time.ttft_s.median": "median time to first token",
+    "time.ttft_s.mean": "mean time to first token",
+    "time.seconds": "run time",
+    "time.encode_seconds": "encoding time",
+    "time.compress_seconds": "compression time",
+    "time.encode_fps": "frames encoded per second",
+}
+SCORE_TOTALS = ("overall", "avg", "accuracy")  # a benchmark's whole score: its axis says accuracy alone
 
 
 def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
@@ -39,76 +66,126 @@ def _budget_label(tokens: float) -> str:
     return f"{tokens / 1000:g}K" if tokens >= 1000 else f"{tokens:g}"
 
 
-def plot_accuracy_vs_budget(frame: pd.DataFrame, benchmark: str, score: str) -> Figure:
-    """Score ``benchmark``/``score`` against ``budget_tokens`` for every (policy, kv) in the tidy ``frame``.
+def accuracy_label(benchmark: str, score: str) -> str:
+    """The accuracy axis in words: ``symbolic accuracy (%)``, or ``... (%): mode offline`` for a part of it."""
+    if score in SCORE_TOTALS:
+        return f"{benchmark} accuracy (%)"
+    part = score.removeprefix("breakdown.").replace(".", " ").replace("_", " ")
+    return f"{benchmark} accuracy (%): {part}"
 
-    One colour per policy, one line style per storage (FP16 solid, INT4 dashed...), so a policy's storages sit
-    side by side where both were run. Runs whose budget was given in bytes (``compress.budget_mib``) are hollow
-    squares labelled with their MiB, never joined to the token-budget line: at equal bytes a low-bit cache holds
-    more tokens, which is a different comparison. The legend sits outside the axes; runs of random-weight models
-    say so on the figure."""
+
+def metric_label(metric: str, scale: float = 1.0) -> str:
+    """A measurement's axis in words with its unit: ``accelerator memory (MiB)``, ``median time to first token
+    (s)``; a metric not in :data:`METRIC_WORDS` is named by its last part, underscores as spaces."""
+    last = metric.rsplit(".", 1)[-1]
+    words = METRIC_WORDS.get(metric) or last.removesuffix("_bytes").removesuffix("_s").replace("_", " ")
+    if last.endswith("bytes"):
+        unit = next((name for name, factor in SCALES.items() if factor == scale and "B" in name), None)
+        unit = unit or ("B" if scale == 1 else f"B x {scale:g}")
+    elif last.endswith(("seconds", "_s")) or ".ttft_s." in f".{metric}.":
+        unit = {1.0: "s", 1e3: "ms"}.get(scale, f"s x {scale:g}")
+    else:
+        unit = None if scale == 1 else f"x {scale:g}"
+    return f"{words} ({unit})" if unit else words
+
+
+def _plain(value: float, _: int) -> str:
+    """A log axis' tick as a plain number (``3``, ``20``), not ``3 x 10^0``; only 1, 2 and 5 of each decade."""
+    mantissa = f"{value:.0e}".split("e")[0]
+    return f"{value:g}" if mantissa in ("1", "2", "5") else ""
+
+
+def _log_if_spans(ax: Axes, values: Sequence[float]) -> bool:
+    """A logarithmic x axis where the positive ``values`` span more than :data:`LOG_SPAN` (its ticks plain numbers);
+    whether it is one."""
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) > LOG_SPAN * min(positive):
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+        ax.xaxis.set_minor_formatter(FuncFormatter(_plain))
+        return True
+    return False
+
+
+def _series_label(policy: str, kv: str, by_bytes: bool, storages: int) -> str:
+    """A line's legend entry: the method's name, its storage where the figure has several, and equal bytes."""
+    label = method_style(policy).name + (f" {kv.upper()}" if storages > 1 else "")
+    return label + (", equal bytes" if by_bytes else "")
+
+
+def _series(data: pd.DataFrame) -> list[tuple[tuple[str, str, bool], pd.DataFrame]]:
+    """The frame's rows by line, (policy, kv, budget in bytes), in legend order: family, method, storage."""
+    data = data.assign(_bytes=data["compress.budget_mib"].notna() if "compress.budget_mib" in data else False)
+    groups = [((str(p), str(kv), bool(b)), rows) for (p, kv, b), rows in data.groupby(["policy", "kv", "_bytes"])]
+    return sorted(groups, key=lambda g: (method_style(g[0][0]).order, g[0][1], g[0][2]))
+
+
+def _legend(ax: Axes, fig: Figure, tiny: bool) -> None:
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, handlelength=3)
+    if tiny:
+        ax.set_title(RANDOM_WEIGHTS.capitalize(), fontsize=8, color="firebrick")
+
+
+def _tiny(frame: pd.DataFrame) -> bool:
+    return "model.tiny" in frame and bool(frame["model.tiny"].fillna(False).astype(bool).any())
+
+
+def plot_accuracy_vs_budget(frame: pd.DataFrame, benchmark: str, score: str) -> Figure:
+    """Score ``benchmark``/``score`` against ``budget_tokens`` for every method in the tidy ``frame``: one line per
+    method and storage over |M| (a colour per family, a marker per method, a line style per storage), its CI as a
+    bar (bands of many methods would cover each other). Runs whose budget was given in bytes
+    (``compress.budget_mib``) are hollow markers on a line of their own, never joined to the token-budget line and
+    not ticked on the axis: at equal bytes a low-bit cache holds more tokens, which is a different comparison. Runs
+    without a budget are dotted horizontals. Runs of random-weight models say so on the figure."""
     if frame.empty:
         raise ValueError("no runs to plot")
     data = frame[(frame["benchmark"] == benchmark) & (frame["score"] == score) & frame["value"].notna()]
     if data.empty:
         raise ValueError(f"no {benchmark}/{score} values (scores there: {sorted(frame['score'].unique())})")
-    data = data.assign(_mib=data["compress.budget_mib"] if "compress.budget_mib" in data else float("nan"))
-    fig = Figure(figsize=(6.5, 3.4))
+    fig = Figure(figsize=(6.5, 3.6))
     ax = fig.subplots()
+    tokens = data[data["compress.budget_mib"].isna()] if "compress.budget_mib" in data else data
     budgets = sorted(data["budget_tokens"].dropna().unique())
-    policies = sorted(data["policy"].unique())
-    palette = colormaps["tab10" if len(policies) <= 10 else "tab20"].colors
-    colour = {p: palette[i % len(palette)] for i, p in enumerate(policies)}
+    ticks = sorted(tokens["budget_tokens"].dropna().unique()) or budgets  # equal-bytes points' tokens untagged
+    storages = data["kv"].nunique()
     columns = [c for c in ("value", "ci_low", "ci_high") if c in data]
-    for (policy, kv), series in data.groupby(["policy", "kv"], sort=True):
-        tokens = series[series["_mib"].isna()]
-        with_budget = tokens.dropna(subset=["budget_tokens"]).groupby("budget_tokens")[columns].mean()
-        if not with_budget.empty:
+    for (policy, kv, by_bytes), series in _series(data):
+        style, label = method_style(policy), _series_label(policy, kv, by_bytes, storages)
+        points = series.dropna(subset=["budget_tokens"]).groupby("budget_tokens")[columns].mean()
+        if not points.empty:
             ax.plot(
-                with_budget.index,
-                with_budget["value"].values,
-                marker="o",
+                points.index,
+                points["value"].values,
+                marker=style.marker,
+                markerfacecolor="white" if by_bytes else style.colour,
                 linestyle=STYLES.get(kv, "-"),
-                color=colour[policy],
-                label=f"{policy} ({kv})",
+                linewidth=1.4,
+                color=style.colour,
+                label=label,
             )
-            if "ci_low" in with_budget and with_budget["ci_low"].notna().all():
-                ax.fill_between(
-                    with_budget.index,
-                    with_budget["ci_low"],
-                    with_budget["ci_high"],
-                    color=colour[policy],
-                    alpha=0.12,
-                    linewidth=0,
+            if "ci_low" in points and points["ci_low"].notna().all():
+                error = [points["value"] - points["ci_low"], points["ci_high"] - points["value"]]
+                ax.errorbar(
+                    points.index,
+                    points["value"],
+                    yerr=error,
+                    fmt="none",
+                    ecolor=style.colour,
+                    elinewidth=0.7,
+                    capsize=2,
                 )
-        for mib, points in series[series["_mib"].notna()].groupby("_mib"):
-            at = points.groupby("budget_tokens")["value"].mean()
-            ax.plot(
-                at.index,
-                at.values,
-                marker="s",
-                markerfacecolor="none",
-                linestyle="none",
-                color=colour[policy],
-                label=f"{policy} ({kv}, equal bytes: {mib:g} MiB)",
-            )
-        for value in tokens[tokens["budget_tokens"].isna()]["value"].unique():
-            ax.axhline(value, linestyle=":", linewidth=1, color=colour[policy], label=f"{policy} ({kv}), no budget")
+        for value in series[series["budget_tokens"].isna()]["value"].unique():
+            ax.axhline(value, linestyle=":", linewidth=1.2, color=style.colour, label=f"{label} (no budget)")
     if budgets:
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_locator(FixedLocator(budgets))
+        _log_if_spans(ax, budgets)
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
         ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xticklabels([_budget_label(b) for b in budgets])
-    ax.set_xlabel("vision tokens held, |M| (per layer per KV head)")
-    ax.set_ylabel(f"{benchmark} {score}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    if "model.tiny" in data and data["model.tiny"].fillna(False).astype(bool).any():
-        ax.set_title(RANDOM_WEIGHTS.capitalize(), fontsize=8, color="firebrick")
+        ax.set_xticklabels([_budget_label(b) for b in ticks])
+    ax.set_xlabel("|M| (tokens held per layer and KV head)")
+    ax.set_ylabel(accuracy_label(benchmark, score))
+    _legend(ax, fig, _tiny(data))
     return fig
-
-
-MARKERS = {"fp16": "o", "bf16": "o", "int8": "^", "int4": "s", "int2": "D"}  # marker per storage (kv)
 
 
 def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
@@ -122,57 +199,64 @@ def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_accuracy_vs_metric(points: pd.DataFrame, benchmark: str, score: str, xlabel: str) -> Figure:
-    """Score against a cost per run: ``points`` has ``label``, ``policy``, ``kv``, ``x`` (the cost, lower is
-    better), ``value`` and optionally ``ci_low``/``ci_high``. Colour per policy, marker per storage, every point
-    labelled (budget and storage tell apart one policy's runs); the Pareto front is the dashed line. A log x axis
-    where the costs span more than 8x."""
+    """Score against a cost per run: ``points`` has ``policy``, ``kv``, ``x`` (the cost, lower is better),
+    ``value`` and optionally ``ci_low``/``ci_high``, ``compress.budget_mib``. One line per method and storage, its
+    runs (one per budget) joined in order of ``x``, each with its CI as a bar; runs at a budget in bytes are hollow
+    markers on a line of their own. The Pareto front is a wide grey band behind. ``xlabel`` says the cost in words
+    (:func:`metric_label`); the x axis is logarithmic where the costs span more than 10x."""
     points = points.dropna(subset=["x", "value"])
     if points.empty:
         raise ValueError(f"no run has both {benchmark}/{score} and {xlabel}")
     fig = Figure(figsize=(6.5, 3.8))
     ax = fig.subplots()
-    policies = sorted(points["policy"].unique())
-    palette = colormaps["tab10" if len(policies) <= 10 else "tab20"].colors
-    colour = {p: palette[i % len(palette)] for i, p in enumerate(policies)}
     has_ci = "ci_low" in points and points["ci_low"].notna().any()
-    for policy, series in points.groupby("policy", sort=True):
-        for kv, group in series.groupby("kv", sort=True):
-            error = [group["value"] - group["ci_low"], group["ci_high"] - group["value"]] if has_ci else None
+    storages = points["kv"].nunique()
+    for (policy, kv, by_bytes), series in _series(points):
+        style = method_style(policy)
+        series = series.sort_values("x")
+        ax.plot(
+            series["x"],
+            series["value"],
+            marker=style.marker,
+            markerfacecolor="white" if by_bytes else style.colour,
+            linestyle=STYLES.get(kv, "-"),
+            linewidth=1.4,
+            color=style.colour,
+            label=_series_label(policy, kv, by_bytes, storages),
+        )
+        if has_ci:
+            error = [series["value"] - series["ci_low"], series["ci_high"] - series["value"]]
             ax.errorbar(
-                group["x"],
-                group["value"],
-                yerr=error,
-                fmt=MARKERS.get(kv, "o"),
-                color=colour[policy],
-                capsize=2,
-                elinewidth=0.8,
-                label=f"{policy} ({kv})",
+                series["x"], series["value"], yerr=error, fmt="none", ecolor=style.colour, elinewidth=0.7, capsize=2
             )
-    for _, point in points.iterrows():
-        ax.annotate(point["label"], (point["x"], point["value"]), fontsize=5, xytext=(3, 3), textcoords="offset points")
     front = pareto_front(points)
-    ax.plot(front["x"], front["value"], linestyle="--", color="0.4", linewidth=1, label="Pareto front", zorder=0)
-    if points["x"].max() > 8 * points["x"].min() > 0:
-        ax.set_xscale("log")
+    ax.plot(front["x"], front["value"], color="0.6", linewidth=7, alpha=0.3, solid_capstyle="round", zorder=0)
+    ax.plot([], [], color="0.6", linewidth=5, alpha=0.3, label="Pareto front")  # the band's legend entry
+    _log_if_spans(ax, list(points["x"]))
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(f"{benchmark} {score}" + (" (95% CI)" if has_ci else ""))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    if "model.tiny" in points and points["model.tiny"].fillna(False).astype(bool).any():
-        ax.set_title(RANDOM_WEIGHTS.capitalize(), fontsize=8, color="firebrick")
+    ax.set_ylabel(accuracy_label(benchmark, score) + (", 95% CI" if has_ci else ""))
+    _legend(ax, fig, _tiny(points))
     return fig
 
 
 def run_label(run: Run) -> str:
-    """``policy kv budget`` (the budget as 6K, or ``no budget``): a run's name in a figure."""
+    """A run's name in a figure: its method as the papers name it, its storage and its budget (``InfiniPot-V FP16,
+    |M| = 6K``, ``Full KV FP16, no budget``)."""
     f = run.fields
-    budget = _budget_label(f["budget_tokens"]) if f["budget_tokens"] is not None else "no budget"
-    return f"{f['policy']} {f['kv']} {budget}"
+    budget = f"|M| = {_budget_label(f['budget_tokens'])}" if f["budget_tokens"] is not None else "no budget"
+    return f"{method_style(str(f['policy'])).name} {str(f['kv']).upper()}, {budget}"
+
+
+def _trace_order(run: Run) -> tuple[tuple[int, int], str, float]:
+    """A run's place in the memory figure: its method's, its storage, its budget (none last)."""
+    budget = run.fields["budget_tokens"]
+    return method_style(str(run.fields["policy"])).order, str(run.fields["kv"]), float(budget or "inf")
 
 
 def plot_memory_trace(runs: Sequence[Run], video_id: str | None = None) -> Figure:
-    """KV cache size (MiB) against frames streamed, one line per run, for ``video_id`` (default: the longest video
-    every run streamed)."""
+    """KV cache size (MiB) against frames streamed, one line per run (drawn as its method is everywhere, one
+    method's budgets in shades of its colour, the largest darkest), for ``video_id`` (default: the longest video every
+    run streamed, the first by id among equals)."""
     traces = {run.id: run.memory() for run in runs}
     traces = {k: v for k, v in traces.items() if not v.empty}
     if not traces:
@@ -185,16 +269,27 @@ def plot_memory_trace(runs: Sequence[Run], video_id: str | None = None) -> Figur
         video_id = first[first["video_id"].isin(common)].groupby("video_id")["frames_seen"].max().idxmax()
     fig = Figure(figsize=(6.5, 3.4))
     ax = fig.subplots()
-    for run in runs:
-        trace = traces.get(run.id)
-        if trace is None:
-            continue
+    drawn = sorted((r for r in runs if r.id in traces), key=_trace_order)
+    for run in drawn:
+        trace = traces[run.id]
+        style = method_style(str(run.fields["policy"]))
         steps = trace[trace["video_id"] == video_id].sort_values("step")
+        # one method's budgets in shades of its family's colour, the largest darkest
+        budgets = sorted({_trace_order(r)[2] for r in drawn if _trace_order(r)[:2] == _trace_order(run)[:2]})
+        lighter = 0.6 * (len(budgets) - 1 - budgets.index(_trace_order(run)[2])) / max(len(budgets) - 1, 1)
         # markers: a run with one step (a short video, one chunk) is a single point, invisible as a bare line
-        ax.plot(steps["frames_seen"], steps["cache_bytes"] / 2**20, marker="o", markersize=3, label=run_label(run))
+        ax.plot(
+            steps["frames_seen"],
+            steps["cache_bytes"] / 2**20,
+            marker=style.marker,
+            markersize=3,
+            color=tuple(c + (1 - c) * lighter for c in to_rgb(style.colour)),
+            linestyle=STYLES.get(str(run.fields["kv"]), "-"),
+            label=run_label(run),
+        )
     ax.set_xlabel("frames streamed")
     ax.set_ylabel("KV cache (MiB)")
     ax.set_title(f"video {video_id}", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, handlelength=3)
     return fig

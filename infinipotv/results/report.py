@@ -22,15 +22,15 @@ from omegaconf import OmegaConf
 from infinipotv.results.checks import check_spec, mixed_code
 from infinipotv.results.collect import Run, load_runs, runs_frame
 from infinipotv.results.figures import (
+    metric_label,
     plot_accuracy_vs_budget,
     plot_accuracy_vs_metric,
     plot_memory_trace,
-    run_label,
     save_figure,
 )
 from infinipotv.results.published import load_published
 from infinipotv.results.render import to_latex, to_markdown
-from infinipotv.results.spec import SCALES, ExperimentSpec, FigureSpec, SpecError, parse_experiment
+from infinipotv.results.spec import ExperimentSpec, FigureSpec, SpecError, parse_experiment
 from infinipotv.results.stats import N_BOOT, SEED, score_ci
 from infinipotv.results.tables import (
     MixedRunsError,
@@ -131,7 +131,9 @@ def _draw(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], out: Pat
             stem = out / f"accuracy_vs_budget_{figure.benchmark}_{figure.score}"
         elif figure.kind == "accuracy_vs_metric":
             points = _points(figure, frame, runs, notes)
-            fig = plot_accuracy_vs_metric(points, figure.benchmark, figure.score, _axis(figure))
+            fig = plot_accuracy_vs_metric(
+                points, figure.benchmark, figure.score, metric_label(str(figure.metric), figure.scale)
+            )
             stem = out / f"accuracy_vs_{figure.metric.replace('.', '_')}_{figure.benchmark}_{figure.score}"
         else:
             fig = plot_memory_trace([r for r in runs if figure.benchmark in (None, r.fields["benchmark"])])
@@ -142,12 +144,6 @@ def _draw(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], out: Pat
     return save_figure(fig, stem)
 
 
-def _axis(figure: FigureSpec) -> str:
-    """The x label of an accuracy_vs_metric figure: the metric's path and its unit."""
-    unit = next((name for name, factor in SCALES.items() if factor == figure.scale), None)
-    return figure.metric + (f" ({unit})" if unit else f" (x {figure.scale:g})" if figure.scale != 1 else "")
-
-
 def _points(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], notes: list[str]) -> pd.DataFrame:
     """One point per run of the figure's benchmark: its score with its 95% CI, and the metric (times its scale)."""
     data = _with_ci(frame, runs, figure.benchmark, figure.score)
@@ -155,7 +151,6 @@ def _points(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], notes:
     by_id = {r.id: r for r in runs}
     x = {run: metric_value(by_id[run], figure.metric, notes) for run in data["run"]}
     data["x"] = [None if x[run] is None else x[run] * figure.scale for run in data["run"]]
-    data["label"] = [run_label(by_id[run]) for run in data["run"]]
     return data
 
 

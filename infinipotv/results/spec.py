@@ -36,11 +36,13 @@ preferring the experiment's own.
 Figures (``figures:`` beside ``tables:``; without it, chosen from the tables' columns)::
 
     figures:
-      - {kind: accuracy_vs_budget, benchmark: mlvu, score: avg}      # one line per (policy, kv) over |M|, CI bands
+      - {kind: accuracy_vs_budget, benchmark: mlvu, score: avg}      # one line per (policy, kv) over |M|, CI bars
       - {kind: accuracy_vs_metric, benchmark: mlvu, score: avg, metric: memory.peak_accelerator_bytes, scale: MiB}
-                                 # one point per run against a metric (as a metric column's), CI bars, Pareto front
+                                 # accuracy against a metric (as a metric column's): one line per (policy, kv)
+                                 # across its budgets, CI bars, the Pareto front as a grey band
       - {kind: memory_trace, benchmark: mlvu}                        # KV bytes over frames streamed, per run
-    # each takes `where: {...}` (as rows' `where`) to draw only the runs it matches
+    # each takes `where: {...}` (as rows' `where`) to draw only the runs it matches; every figure draws a method
+    # family in one colour, a method with its own marker (infinipotv/results/methods.py), and its axes in words
 """
 
 from __future__ import annotations

@@ -111,6 +111,7 @@ def test_a_hand_edited_trace_step_is_left_out_with_a_warning(copy, finished, cap
     steps = [json.loads(line) for line in path.read_text().splitlines()]
     del steps[0]["cache_bytes"]
     path.write_text("".join(json.dumps(s) + "\n" for s in steps))
+    (copy / "metrics.json").unlink()  # a finished run keeps its metrics: they are counted again once it is gone
     metrics = _resume_copy(copy, finished)
     said = capsys.readouterr().err
     assert "memory.jsonl: 1 line(s) not a whole trace step" in said and "cache_bytes" in said

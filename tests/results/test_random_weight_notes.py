@@ -1,6 +1,6 @@
 """What a reader of a table or figure sees without the notes: random-weight runs say so in the caption (markdown and
 LaTeX) and on the accuracy figure; a column where every run scored 0 has no bold; the budget figure keeps its legend
-off the curves, draws FP16 and INT4 side by side, and marks runs at equal bytes as such."""
+off the curves, draws FP16 and INT4 side by side, and marks runs at equal bytes as such (hollow, named so)."""
 
 from __future__ import annotations
 
@@ -67,11 +67,11 @@ def test_budget_figure_legend_outside_storages_apart_equal_bytes_marked() -> Non
     fig = plot_accuracy_vs_budget(_frame(tiny=False), "symbolic", "overall")
     ax = fig.axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
-    assert {"van (fp16)", "van (int4)", "van (int4, equal bytes: 3.3921 MiB)", "full (fp16), no budget"} <= set(lines)
-    assert list(lines["van (int4)"].get_xdata()) == [144]  # the equal-bytes point is not on the token line
-    assert lines["van (int4, equal bytes: 3.3921 MiB)"].get_linestyle() == "None"
-    assert lines["van (fp16)"].get_linestyle() != lines["van (int4)"].get_linestyle()
-    assert lines["van (fp16)"].get_color() == lines["van (int4)"].get_color()  # one colour per policy
+    assert {"VaN FP16", "VaN INT4", "VaN INT4, equal bytes", "Full KV FP16 (no budget)"} <= set(lines)
+    assert list(lines["VaN INT4"].get_xdata()) == [144]  # the equal-bytes point is not on the token line
+    assert lines["VaN INT4, equal bytes"].get_markerfacecolor() in ("white", (1.0, 1.0, 1.0, 1.0))  # hollow
+    assert lines["VaN FP16"].get_linestyle() != lines["VaN INT4"].get_linestyle()
+    assert lines["VaN FP16"].get_color() == lines["VaN INT4"].get_color()  # one colour per method (its family's)
     renderer = FigureCanvasAgg(fig).get_renderer()
     assert ax.get_legend().get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1
     assert ax.get_title() == ""

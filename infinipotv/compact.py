@@ -1,0 +1,228 @@
+"""A study's runs as git keeps them: compact, and resumable from a fresh clone.
+
+A study (``experiments/study.sh``) writes its runs under ``results/runs/STUDY/``, and that same folder is committed.
+``python -m infinipotv.compact STUDY`` makes it fit: each run keeps its ``config.yaml``, ``provenance.json``,
+``predictions.jsonl`` and ``metrics.json``; its step trace ``memory.jsonl`` (some 35 KB a video on the symbolic
+benchmark) stays whole while the run is unfinished, since a resume counts the memory peaks and frames from it, and is
+trimmed to one video once ``metrics.json`` holds the finished run's figures: the video the memory figure shows (the
+longest, the first by id among equals), so the figure draws the same from a clone. ``compact.json`` records what
+was trimmed. The study's own ``.gitignore`` (written here; the root one lets it decide) keeps the rest out: Hydra's
+``.hydra/`` and log, the lock, answers set aside. The study's committed runs must stay under ``--limit-mib`` (30
+MiB): over it, one line names the total and the largest files, and nothing is lost.
+
+A later sitting resumes from them: a finished run is returned as its ``metrics.json`` records it
+(:func:`recorded_metrics`), never recomputed; an unfinished one continues from its whole trace; a compact run that
+would answer a question again (``retry_errors``, a changed annotation) is refused before anything is touched
+(:func:`check_restream`), since its trimmed trace no longer holds what its metrics were counted from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infinipotv.answers import changed
+from infinipotv.data import Question
+from infinipotv.rundir import (
+    COMPACT,
+    CONFIG,
+    MEMORY,
+    METRICS,
+    PREDICTIONS,
+    PROVENANCE,
+    RunDirError,
+    parse_line,
+    read_jsonl,
+    rewrite,
+)
+
+#: What git keeps of each run of a study, and of the study's folder itself.
+RUN_FILES = (CONFIG, PROVENANCE, PREDICTIONS, METRICS, MEMORY, COMPACT)
+STUDY_FILES = (".gitignore", "study.log")
+LIMIT_MIB = 30.0
+IGNORE_HEADER = """\
+# What git keeps of this study's runs (written by python -m infinipotv.compact; docs/runs.md, "A study's runs are
+# committed"): each run's config, provenance, predictions, metrics and step trace (trimmed to one video once the run
+# is finished), and the study's log. Hydra's .hydra/ and log, the lock and answers set aside stay out.
+"""
+
+
+def _metrics(run_dir: Path) -> dict[str, Any] | None:
+    """The run's metrics.json as an object, or None (absent, unreadable: the run is not finished)."""
+    try:
+        value = json.loads((run_dir / METRICS).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether the run's metrics.json holds its figures for every question it asks (written after the last)."""
+    metrics = _metrics(run_dir)
+    return metrics is not None and metrics.get("complete") is True and isinstance(metrics.get("question_ids"), list)
+
+
+def recorded_metrics(run_dir: Path, asked: Sequence[str]) -> dict[str, Any] | None:
+    """The metrics of a run that is finished for exactly the questions ``asked`` (and has its provenance), as
+    recorded; None otherwise. A finished run started again (the next sitting of its study) returns them untouched:
+    computed again they would lose what only the process that answered measured (time to first token), stamp the
+    provenance with today's code, and, from a compact run's trimmed trace, count one video's memory."""
+    metrics = _metrics(run_dir)
+    if metrics is None or not finished(run_dir) or not (run_dir / PROVENANCE).is_file():
+        return None
+    return metrics if [str(q) for q in metrics["question_ids"]] == list(asked) else None
+
+
+def check_restream(run_dir: Path, questions: dict[str, Question], retry_errors: bool) -> None:
+    """Refuse, in one line and before anything is touched, a compact run that would answer a question again: one
+    without an answer, an error record under ``retry_errors``, an answer whose question changed since. Its metrics
+    would be counted from a trace that holds one video."""
+    if not (run_dir / COMPACT).is_file():
+        return
+    records, _ = read_jsonl(run_dir / PREDICTIONS)
+    kept = {
+        str(r.get("question_id"))
+        for r in records
+        if str(r.get("question_id")) in questions
+        and not (retry_errors and r.get("error") is not None)
+        and changed(r, questions) is None
+    }
+    again = [qid for qid in questions if qid not in kept]
+    if again:
+        raise RunDirError(
+            f"{run_dir} is a compact run ({COMPACT}: its {MEMORY} trimmed to one video), so it cannot answer "
+            f"{len(again)} question(s) again ({', '.join(again[:3])}{', ...' if len(again) > 3 else ''}) and count "
+            f"its memory: rerun it whole in a new run directory (delete this one, or give another run_dir=)"
+        )
+
+
+def _video_steps(path: Path) -> tuple[list[bytes], list[Any], list[int]]:
+    """memory.jsonl's lines, each line's video id and frames seen (None and -1 for a line that is not a step)."""
+    lines = path.read_bytes().splitlines(keepends=True) if path.is_file() else []
+    videos, frames = [], []
+    for line in lines:
+        step = parse_line(line)[0]
+        ok = isinstance(step, dict) and isinstance(step.get("frames_seen"), int)
+        videos.append(step.get("video_id") if ok else None)
+        frames.append(step["frames_seen"] if ok else -1)
+    return lines, videos, frames
+
+
+def trim_trace(run_dir: Path) -> bool:
+    """Trim a finished run's memory.jsonl to the steps of its longest video (the first by id among equals: the one
+    the memory figure picks) and record it in compact.json; an unfinished run, or one trimmed before, is left as it
+    is. Returns whether it trimmed."""
+    path = run_dir / MEMORY
+    if (run_dir / COMPACT).exists() or not finished(run_dir) or not path.is_file():
+        return False
+    lines, videos, frames = _video_steps(path)
+    longest: dict[str, int] = {}
+    for video, n in zip(videos, frames):
+        if video is not None:
+            longest[str(video)] = max(longest.get(str(video), -1), n)
+    if not longest:
+        return False
+    keep = min(longest, key=lambda v: (-longest[v], v))
+    kept = [line for line, video in zip(lines, videos) if video is not None and str(video) == keep]
+    record = {
+        MEMORY: {
+            "video_id": keep,
+            "steps_kept": len(kept),
+            "lines_dropped": len(lines) - len(kept),
+            "bytes_before": sum(map(len, lines)),
+            "bytes_after": sum(map(len, kept)),
+        }
+    }
+    rewrite(path, b"".join(kept))
+    rewrite(run_dir / COMPACT, json.dumps(record, indent=2) + "\n")
+    return True
+
+
+def run_dirs(study: Path) -> list[Path]:
+    """The run directories under ``study``: folders with a config.yaml (Hydra's .hydra/ copies aside), sorted."""
+    return sorted(Path(root) for root, dirs, files in os.walk(study) if CONFIG in files and Path(root).name != ".hydra")
+
+
+def committed_files(study: Path) -> list[Path]:
+    """The files git keeps of ``study`` under its .gitignore (:func:`write_ignore`): the study's, then each run's."""
+    files = [study / name for name in STUDY_FILES if (study / name).is_file()]
+    for run in run_dirs(study):
+        files += [run / name for name in RUN_FILES if (run / name).is_file()]
+    return files
+
+
+def write_ignore(study: Path) -> Path:
+    """``study/.gitignore``: everything out but :data:`STUDY_FILES` and each run's :data:`RUN_FILES`."""
+    lines = ["*", "!*/", *(f"!/{name}" for name in STUDY_FILES), *(f"!{name}" for name in RUN_FILES), ".hydra/"]
+    path = study / ".gitignore"
+    rewrite(path, IGNORE_HEADER + "\n".join(lines) + "\n")
+    return path
+
+
+@dataclass
+class Summary:
+    """What :func:`compact_study` did and what the study commits."""
+
+    study: Path
+    runs: int = 0
+    finished: int = 0
+    trimmed: int = 0
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(path.stat().st_size for path in self.files)
+
+    def line(self, limit_mib: float) -> str:
+        return (
+            f"{self.study}: {self.runs} runs ({self.finished} finished, {self.trimmed} of them trimmed now; "
+            f"{self.runs - self.finished} unfinished, kept whole): {self.nbytes / 2**20:.2f} MiB to commit "
+            f"(limit {limit_mib:g} MiB)"
+        )
+
+
+def compact_study(study: Path, limit_mib: float = LIMIT_MIB) -> Summary:
+    """Trim the study's finished runs, write its .gitignore, and check what it commits against ``limit_mib``: over
+    it, a ValueError naming the total and the largest files (the runs stay as they are, trimmed or not)."""
+    if not study.is_dir():
+        raise ValueError(f"{study} is no folder: give the study's name (its runs are under results/runs/NAME/)")
+    summary = Summary(study)
+    for run in run_dirs(study):
+        summary.runs += 1
+        summary.finished += finished(run)
+        summary.trimmed += trim_trace(run)
+    write_ignore(study)
+    summary.files = committed_files(study)
+    if summary.nbytes > limit_mib * 2**20:
+        largest = sorted(summary.files, key=lambda p: -p.stat().st_size)[:3]
+        shown = ", ".join(f"{p.relative_to(study)} ({p.stat().st_size / 2**20:.2f} MiB)" for p in largest)
+        raise ValueError(
+            f"{study} would commit {summary.nbytes / 2**20:.2f} MiB, over the {limit_mib:g} MiB limit (largest: "
+            f"{shown}): trim the study's grid, or split it into studies of their own"
+        )
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infinipotv.compact", description=__doc__.split("\n\n")[0])
+    parser.add_argument("study", help="the study's name: its runs are under RUNS/STUDY")
+    parser.add_argument("--runs", default="results/runs", help="the folder that holds the studies' run folders")
+    parser.add_argument("--limit-mib", type=float, default=LIMIT_MIB, help="the most the study may commit")
+    args = parser.parse_args(argv)
+    try:
+        summary = compact_study(Path(args.runs) / args.study, args.limit_mib)
+    except (OSError, RunDirError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(summary.line(args.limit_mib))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
