@@ -6,9 +6,10 @@ video chunks, evicting before every chunk; with ``pos_mode="shrink"`` (``streami
 before RoPE and rotates the whole pruned cache at the positions the model's rule gives the pruned sequence at every
 step (``qwen2_5/model_forward.py:L101-110``, ``pos_emb.py:L44-158``), so the survivors sit at contiguous positions.
 Here the sink is the system prefix (the harness commits no other text: questions and answers are transient, and no
-commentary is generated), the window is counted in frames, and the stored keys, rotated at their old positions, are
-rotated again by the difference (per (t, h, w) section on M-RoPE), which is what rotating pre-RoPE keys at the new
-positions gives, up to rounding.
+commentary is generated), the window is counted in frames, and the stored keys stay as the forward rotated them,
+each with its shift to its position now (per (t, h, w) section on M-RoPE), rotated by it as they are read
+(:class:`~infinipotv.kv.rotary.RotaryStore`): what rotating pre-RoPE keys at the new positions gives, rounded twice
+(stored, read) however many evictions a key survives.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class StreamingVLM(Policy):
     the inference policy only: an attention sink (the system prefix), the most recent ``|M| // p`` whole frames of
     vision, evicted before every chunk as upstream does (the chunk's forward reads the window, itself included: the
     video memory never holds more than |M|), and contiguous positions (``pos_mode="shrink"``,
-    upstream's default): after each eviction the survivors are re-rotated to the positions the model's rule gives
+    upstream's default): after each eviction the survivors move to the positions the model's rule gives
     a video made of them alone, right after the prefix (1-D RoPE: contiguous; M-RoPE: the (t, h, w) of a video
     that began at the oldest survivor), and the next chunk and the question continue from there (the question by
     the model's rule for text after a video). Query-agnostic; no attention weights.
@@ -57,10 +58,10 @@ class StreamingVLM(Policy):
     generated); the vision window is counted in frames of the memory budget |M| (upstream: 16 one-second chunks),
     so every method holds the same accelerator tokens; the held frames are numbered as one video that began at the
     oldest survivor (upstream numbers each one-second chunk as its own video block, between text); upstream caches
-    keys before RoPE and rotates the whole cache at every step, here keys stay rotated and survivors are rotated by
-    the shift, per (t, h, w) section on Qwen2-VL and Qwen2.5-VL (the same keys up to rounding, measured in
-    docs/peers.md; exact in fp32), which needs full-precision storage (KIVI codes cannot be rotated without
-    re-quantizing them).
+    keys before RoPE and rotates the whole cache at every forward, here keys stay as their forward rotated them and
+    are rotated on read by each token's shift since, per (t, h, w) section on Qwen2-VL and Qwen2.5-VL (the same keys
+    up to two roundings whatever the evictions, measured in docs/peers.md; exact in fp32); shrink runs on
+    full-precision stores only (KIVI codes are not supported with it).
 
     Parameters:
         pos_mode: ``shrink`` (contiguous positions, upstream's default) or ``original`` (positions as streamed).
@@ -77,8 +78,8 @@ class StreamingVLM(Policy):
     def check_storage(self, quantized: bool, contiguous_positions: bool) -> None:
         if quantized and self.pos_mode == "shrink":
             raise ValueError(
-                "pos_mode=shrink re-rotates stored keys, which KIVI codes cannot take without re-quantizing: use "
-                "quant=fp16 (or bf16) or compress.pos_mode=original"
+                "pos_mode=shrink keeps full-precision keys (rotated on read, as upstream does); KIVI codes are not "
+                "supported with it: use quant=fp16 (or bf16) or compress.pos_mode=original"
             )
 
     def keep(

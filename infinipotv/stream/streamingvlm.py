@@ -2,8 +2,9 @@
 that would take the video memory past |M|, keep the prefix and the newest whole frames that leave room for it; under
 ``pos_mode="shrink"`` the memory always sits where a fresh session fed only its frames would put them (the model's
 own rule, ``adapter.frame_positions``: ``video_start ..`` in stream order on a 1-D RoPE, a video's (t, h, w) that
-begins at the oldest survivor on M-RoPE), survivors of an eviction are re-rotated there, the next chunk is
-prefilled right after them and a question continues from the memory's end.
+begins at the oldest survivor on M-RoPE), survivors of an eviction move there (their keys are rotated on read, by a
+:class:`~infinipotv.kv.rotary.RotaryStore`: a key is stored once and rounded once more as it is read, however many
+evictions it survives), the next chunk is prefilled right after them and a question continues from the memory's end.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from infinipotv.compress.streamingvlm import StreamingVLM, window_keep
+from infinipotv.kv.rotary import RotaryStore
 from infinipotv.kv.store import FullPrecisionStore
 from infinipotv.models.base import ModelAdapter, VisionChunk
 from infinipotv.stream.method import StreamingMethod, View, held_bytes, streaming_method
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
 @streaming_method("streamingvlm")
 class StreamingVLMMethod(StreamingMethod):
     """Sink + recent frames, evicted before every chunk that would take the memory past |M| (H7, upstream's
-    order), contiguous positions by re-rotation (H5)."""
+    order), contiguous positions by rotation on read (H5: every layer's store is a :class:`RotaryStore`)."""
 
     def __init__(
         self, policy: StreamingVLM, adapter: ModelAdapter, budget: int, c_ratio: float, byte_cap: ByteCap | None
@@ -38,11 +40,18 @@ class StreamingVLMMethod(StreamingMethod):
         self.shrink = policy.pos_mode == "shrink"
 
     def start(self, video: VideoState) -> None:
-        if self.shrink and not isinstance(video.cache.stores[0], FullPrecisionStore):
+        """Shrink: every layer's store (holding the prefix) becomes a :class:`RotaryStore` over it, rotating with
+        the decoder's own RoPE (``adapter.rerotate``); KIVI stores are refused."""
+        if not self.shrink:
+            return
+        if not isinstance(video.cache.stores[0], FullPrecisionStore):
             raise ValueError(
-                "compress=streamingvlm with compress.pos_mode=shrink re-rotates stored keys, which KIVI codes cannot "
-                "take without re-quantizing: use quant=fp16 (or bf16) or compress.pos_mode=original"
+                "compress=streamingvlm with compress.pos_mode=shrink keeps full-precision keys (rotated on read); "
+                "KIVI codes are not supported with it: use quant=fp16 (or bf16) or compress.pos_mode=original"
             )
+        rows = self.adapter.text_positions(0, 1).shape[0]
+        for layer in video.cache.layers:
+            layer.store = RotaryStore(layer.store, self.adapter.rerotate, rows)
 
     def check_chunk(self, tokens: int, frames: int) -> None:
         self.schedule.check_chunk(tokens, frames)
@@ -107,8 +116,8 @@ class StreamingVLMMethod(StreamingMethod):
     @torch.inference_mode()
     def evict(self, video: VideoState, frames: int) -> None:
         """Keep the newest ``frames`` whole frames in every layer and head (one set: the stores' ids agree); under
-        shrink, the survivors are re-rotated from their positions in the memory to those of a video that begins
-        with them."""
+        shrink, the survivors move from their positions in the memory to those of a video that begins with them
+        (:meth:`RotaryStore.move`: positions only, no key arithmetic)."""
         p = video.prefix_len
         per_frame = video.grid[0] * video.grid[1]
         ids = video.cache.stores[0].token_ids()[0, p:]
@@ -117,26 +126,23 @@ class StreamingVLMMethod(StreamingMethod):
         n = n_video - first  # the window is a suffix of the memory
         device = ids.device
         kept = torch.cat([torch.arange(p, device=device), torch.arange(p + first, p + n_video, device=device)])
+        for store in video.cache.stores:
+            store.keep(kept.expand(store.token_ids().shape[0], -1))
         if not self.shrink or not n:
-            for store in video.cache.stores:
-                store.keep(kept.expand(store.token_ids().shape[0], -1))
             return
         old = self.held_positions(video, n_video // per_frame)[:, first:]
-        new = self.held_positions(video, n // per_frame)
+        prefix = torch.zeros(old.shape[0], p, dtype=old.dtype, device=old.device)  # the sink never moves
+        by = torch.cat([prefix, self.held_positions(video, n // per_frame) - old], dim=1)
         for store in video.cache.stores:
-            keys, values = store.read()
-            k, v, own = keys[:, p + first :], values[:, p + first :], store.token_ids()[0, p + first :]
-            moved = self.adapter.rerotate(k, old, new)
-            store.keep(kept[:p].expand(keys.shape[0], p))
-            store.append(moved, v, own)
+            store.move(by)
 
     def view(self, video: VideoState, question_ids: list[int]) -> View | None:
-        """Shrink: the whole memory, the question after it by the model's rule for text after a video (the largest
-        position + 1); the frames since the boundary are placed by :meth:`before_prefill`."""
+        """Shrink: the whole memory as the stores read it (each layer's keys rotated as its forward reads them:
+        no view of its own, so no new bytes), the question after it by the model's rule for text after a video
+        (the largest position + 1); the frames since the boundary are placed by :meth:`before_prefill`."""
         if not self.shrink:
             return None
-        layers = [store.read() for store in video.cache.stores]  # the stored tensors themselves: no new bytes
         held = video.video_tokens // (video.grid[0] * video.grid[1]) if video.grid is not None else 0
         start = int(self.held_positions(video, held).max()) + 1 if held else video.video_start
         ids = [store.token_ids() for store in video.cache.stores]
-        return View(layers, start=start, nbytes=0, ids=ids, tail_placed=True)
+        return View(None, start=start, nbytes=0, ids=ids, tail_placed=True)

@@ -162,8 +162,8 @@ def test_the_cluster_cases_are_the_documented_sweeps_and_every_table_row() -> No
     ("command", "refusal"),
     [
         (["quant=int4", "compress=streamingtom", "model=qwen2vl"], "quant= does not apply"),
-        (["quant=int4", "compress=streamingvlm", "model=llava_ov"], "pos_mode=shrink re-rotates stored keys"),
-        (["quant=int4", "compress=streamingvlm", "model=qwen2vl"], "pos_mode=shrink re-rotates stored keys"),
+        (["quant=int4", "compress=streamingvlm", "model=llava_ov"], "pos_mode=shrink keeps full-precision keys"),
+        (["quant=int4", "compress=streamingvlm", "model=qwen2vl"], "pos_mode=shrink keeps full-precision keys"),
     ],
 )
 def test_the_int4_rows_a_method_cannot_take_are_refused(
