@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from infinipotv.compress import build
-from infinipotv.compress.mukv import GRAINS
+from infinipotv.compress.mukv import GRAINS, pick
 from infinipotv.kv import FullPrecisionStore
 from infinipotv.kv.host import HostStore
 from infinipotv.stream.mukv import MEMORY
@@ -189,3 +189,21 @@ def test_only_the_picked_blocks_cross_to_the_accelerator(monkeypatch):
     counts = {g: min(n, len(v.state[MEMORY].rows[g])) for g, n in policy.retrieved(per_frame, BUDGET).items()}
     retrieved = sum(n * policy.kept(per_frame)[g] for g, n in counts.items())
     assert sum(sizes) == retrieved * adapter.n_layers and retrieved <= BUDGET
+
+
+def test_the_query_is_the_last_question_tokens_last_layer_key_over_the_prefix(monkeypatch):
+    """Step 8: the bare question after the prefix alone (no video), its last token's last-layer key after RoPE."""
+    adapter = tiny_adapter("llava_ov")
+    session = streamed(adapter, frames(4))
+    seen: list[torch.Tensor] = []
+    monkeypatch.setattr(
+        "infinipotv.stream.mukv.pick", lambda query, rows, *rest: seen.append(query) or pick(query, rows, *rest)
+    )
+    session.ask(PROMPT, max_new_tokens=1)
+    fresh = StreamingSession(adapter, None, None, 0.5, lambda: FullPrecisionStore(torch.float32))
+    fresh.start("prefix only")
+    q, v = adapter.question_ids(PROMPT), fresh.video
+    with v.cache.transient():
+        adapter.forward(adapter.embed_text(q), adapter.text_positions(v.video_start, len(q)), v.cache, logits=False)
+        expected = v.cache.layers[-1].tail[0][:, -1].reshape(-1)
+    torch.testing.assert_close(seen[0], expected, atol=1e-5, rtol=1e-5)
