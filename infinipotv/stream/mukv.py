@@ -6,7 +6,8 @@ its patch blocks and the frame itself, and every ``segment_frames`` frames (gath
 segment block, is prefilled alone over the prefix (H8, :func:`~infinipotv.stream.side_prefill.side_prefill`)
 where the video's first token sits (the block translated, its own positions kept: upstream puts every block
 right after its init prompt). The rule scores the block's tokens from that forward's last layer, its kept tokens
-go to the granularity's host stores (one per layer) and its representative to the host beside them.
+go to the granularity's host stores (one per layer, in the cache's storage dtype) and its representative to the
+host beside them.
 
 At a question (:meth:`MuKVMethod.view`): the bare question is side-prefilled over the prefix and its last token's
 last-layer key scores every block's representative on the host; the rule picks each granularity's blocks, only
@@ -135,8 +136,9 @@ class MuKVMethod(StreamingMethod):
             kept = kept_tokens(importance, n_keep)
             cpu = kept.to(ids.device)
             memory = video.state[MEMORY]
-            for host, keys, values in zip(memory.stores[grain], out.keys, out.values):
-                host.append(Offloaded(keys[:, kept], values[:, kept], ids[cpu], placed[:, kept]))
+            for host, store, keys, values in zip(memory.stores[grain], video.cache.stores, out.keys, out.values):
+                dtype = store.read()[0].dtype  # the storage's (quant=fp16), as every method's offloaded tokens
+                host.append(Offloaded(keys[:, kept].to(dtype), values[:, kept].to(dtype), ids[cpu], placed[:, kept]))
             memory.rows[grain].append(representative(out.keys[-1][:, kept]).cpu())
 
     # -- at a question --------------------------------------------------------------------------------------------

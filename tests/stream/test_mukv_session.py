@@ -207,3 +207,15 @@ def test_the_query_is_the_last_question_tokens_last_layer_key_over_the_prefix(mo
         adapter.forward(adapter.embed_text(q), adapter.text_positions(v.video_start, len(q)), v.cache, logits=False)
         expected = v.cache.layers[-1].tail[0][:, -1].reshape(-1)
     torch.testing.assert_close(seen[0], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_blocks_are_stored_in_the_caches_storage_dtype():
+    """A model computing in fp32 over an fp16 storage (quant=fp16) offloads fp16 blocks, as every method's host
+    store does: the host bytes are the storage's, not the forward's."""
+    adapter = tiny_adapter("llava_ov")
+    session = StreamingSession(adapter, build("mukv"), BUDGET, 0.5, lambda: FullPrecisionStore(torch.float16))
+    session.start("v")
+    session.feed(frames(4), fps=2.0)
+    memory = session.video.state[MEMORY]
+    assert {t.dtype for g in GRAINS for host in memory.stores[g] for t in host.all().tensors()[:2]} == {torch.float16}
+    assert session.ask(PROMPT, max_new_tokens=1).accelerator_bytes > 0
