@@ -100,7 +100,7 @@ class MuKVMethod(StreamingMethod):
         for f in range(chunk.n_frames):
             rows = slice(f * per_frame, (f + 1) * per_frame)
             embeds, positions, ids = chunk.embeds[rows], chunk.positions[:, rows], token_ids[rows]
-            for at in range(0, g["patch"] * self.rule.patch_split, g["patch"]):
+            for at in range(0, g["patch"] * self.rule.patch_split, max(g["patch"], 1)):  # none below a token each
                 part = slice(at, at + g["patch"])
                 self._block(video, "patch", embeds[part], positions[:, part], ids[part], origin, clock)
             self._block(video, "frame", embeds, positions, ids, origin, clock)

@@ -219,3 +219,13 @@ def test_blocks_are_stored_in_the_caches_storage_dtype():
     memory = session.video.state[MEMORY]
     assert {t.dtype for g in GRAINS for host in memory.stores[g] for t in host.all().tensors()[:2]} == {torch.float16}
     assert session.ask(PROMPT, max_new_tokens=1).accelerator_bytes > 0
+
+
+def test_a_frame_smaller_than_its_patch_split_streams_without_patch_blocks():
+    """The config checks the largest frame; a smaller one at run time (4 tokens, split in 8) makes no patch block
+    instead of failing the video."""
+    adapter = tiny_adapter("qwen2vl")  # 4 tokens a frame at 56 x 56
+    session = streamed(adapter, frames(8), patch_split=8)
+    memory = session.video.state[MEMORY]
+    assert [len(memory.rows[g]) for g in GRAINS] == [0, 4, 1]
+    assert session.ask(PROMPT, max_new_tokens=1).accelerator_bytes > 0
