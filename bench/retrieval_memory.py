@@ -4,14 +4,16 @@ growing with the stream (issue 32's figure).
     python -m bench.retrieval_memory            # the symbolic model (real SmolLM2-135M), ~10 minutes on 2 cores
     python -m bench.retrieval_memory --smoke    # the tiny LLaVA-OneVision, seconds, for the tests
 
-ReKV, LiveVLM, StreamKV and WeaveTime stream glyph frames of random token ids (12 tokens each) at compress.budget=144
-and c_ratio 0.5, with one question answered at every multiple of the base stream (its retrieval buffer included in
-the accelerator peak; WeaveTime's gate at 0, so that every question retrieves). Bytes are the tensors' own (the
-trace's ``accelerator_bytes``/``host_bytes``, an answer's ``accelerator_bytes``), not process memory. The claim
-checked on the data: from 1x to 8x the accelerator peak moves by at most 5%, while ReKV's host bytes grow about 8x
-(it offloads every frame); LiveVLM's host memory is bounded by its buckets, so it is flat once full; StreamKV's
-grows with the stream too, below ReKV's (each closed segment keeps about compression_ratio of its frames per layer,
-plus its summary); WeaveTime's host bytes are ReKV's (its fine score reads the stored keys).
+ReKV, LiveVLM, StreamKV, WeaveTime and MuKV stream glyph frames of random token ids (12 tokens each) at
+compress.budget=144 and c_ratio 0.5, with one question answered at every multiple of the base stream (its retrieval
+buffer included in the accelerator peak; WeaveTime's gate at 0, so that every question retrieves). Bytes are the
+tensors' own (the trace's ``accelerator_bytes``/``host_bytes``, an answer's ``accelerator_bytes``), not process
+memory. The claim checked on the data: from 1x to 8x the accelerator peak moves by at most 5%, while ReKV's host
+bytes grow about 8x (it offloads every frame); LiveVLM's host memory is bounded by its buckets, so it is flat once
+full; StreamKV's grows with the stream too, below ReKV's (each closed segment keeps about compression_ratio of its
+frames per layer, plus its summary); WeaveTime's host bytes are ReKV's (its fine score reads the stored keys);
+MuKV's cache holds the prefix alone and its host every block's kept tokens at three granularities (about the stream
+once with the shipped keep ratios), so its host bytes grow with the stream too.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from infinipotv.kv import FullPrecisionStore
 from infinipotv.models import glyphs
 from infinipotv.stream.session import StreamingSession
 
-METHODS = ("rekv", "livevlm", "streamkv", "weavetime")
+METHODS = ("rekv", "livevlm", "streamkv", "weavetime", "mukv")
 # WeaveTime's gate at 0: every question takes the retrieval branch, its largest accelerator memory
 PARAMS = {"weavetime": {"threshold": 0.0}}
 MULTIPLES = (1, 2, 4, 8)

@@ -200,14 +200,15 @@ def check_device(cfg: RunConfig) -> None:
 
 
 def check_budget(cfg: RunConfig, policy: compress.Policy, budget: int, key: str) -> None:
-    """A chunk must hold fewer than |M| - |C| tokens, and the policy's own rules must hold at |M|. ``key`` is the
-    option |M| came from (a byte budget is converted once the model's shape is known, before any video streams)."""
+    """A chunk must hold fewer than |M| - |C| tokens (where the method prefills chunks into the cache: MuKV's
+    does not), and the policy's own rules must hold at |M|. ``key`` is the option |M| came from (a byte budget is
+    converted once the model's shape is known, before any video streams)."""
     adapter_cls = ADAPTERS[cfg.model.family]
     c = cfg.compress
     n_keep = _checked(lambda: compress.compressed_size(budget, c.c_ratio), "compress")
     per_frame = _checked(lambda: adapter_cls.max_tokens_per_frame(cfg.model), None, ModelError)
     chunk_tokens = cfg.eval.chunk_frames // adapter_cls.frames_per_step * per_frame
-    if chunk_tokens >= budget - n_keep:
+    if STREAMING[policy.streaming].prefills_chunks and chunk_tokens >= budget - n_keep:
         raise ConfigError(
             f"eval.chunk_frames={cfg.eval.chunk_frames} gives up to {chunk_tokens} vision tokens per chunk, not fewer "
             f"than |M| - |C| = {budget - n_keep} ({key}={getattr(c, key.split('.')[1])} gives |M| = {budget}, "

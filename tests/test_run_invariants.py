@@ -110,18 +110,21 @@ def test_a_subset_answers_each_question_as_the_full_run(tmp_path, full_run, symb
 
 
 # Methods whose guarantees run on the tiny Qwen2-VL (seconds a run) rather than SmolLM2: their streaming does not
-# depend on the model's RoPE (ReKV, StreamKV, StreamingTOM and WeaveTime retrieve by query-key scores, StreamMem
+# depend on the model's RoPE (ReKV, StreamKV, StreamingTOM, WeaveTime and MuKV retrieve by query-key scores, StreamMem
 # merges before the LLM); StreamingVLM's renumbering does (1-D RoPE only), so it keeps the real model.
-ON_TINY = {"rekv", "streammem", "streamingtom", "streamkv", "weavetime"}
+ON_TINY = {"rekv", "streammem", "streamingtom", "streamkv", "weavetime", "mukv"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["rekv", "streammem", "streamingvlm", "streamingtom", "streamkv", "weavetime"])
+@pytest.mark.parametrize(
+    "method", ["rekv", "streammem", "streamingvlm", "streamingtom", "streamkv", "weavetime", "mukv"]
+)
 def test_a_streaming_method_keeps_the_guarantees(tmp_path, symbolic_data, method):
     """The field's streaming methods (docs/retrieval.md, docs/peers.md): ReKV (a window, every frame offloaded,
     blocks retrieved per question), StreamMem (a proxy pass and prototypes at every chunk, frames merged before
     the LLM), StreamingVLM (recent frames, positions renumbered), StreamingTOM (CTR before the LLM, OQM, groups
-    retrieved per question), WeaveTime (ReKV's memory, the window or retrieved blocks per question by its gate): a
+    retrieved per question), WeaveTime (ReKV's memory, the window or retrieved blocks per question by its gate), MuKV
+    (blocks side-prefilled at three granularities to the host, reranked per question): a
     killed and resumed run, an ``ids`` subset and a shard answer each question exactly as the uninterrupted run (one
     video, so it stays short: the shard holding it streams it whole, as a shard does)."""
     if method in ON_TINY:

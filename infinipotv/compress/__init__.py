@@ -6,7 +6,7 @@
 A policy scores tokens (higher = keep) or picks them; top-|C| selection, sorting and checks are shared
 (:mod:`.base`). Policies: full, uniform_frames, uniform_tokens, swa, random, knorm, tar, van, van_pool, tar_van,
 tar_van_pool (InfiniPot-V), tar_reversed, van_reversed, tar_frame; the field's streaming methods rekv, livevlm,
-streammem, streamingvlm, streamingtom, streamkv, weavetime (each driven by its own streaming method,
+streammem, streamingvlm, streamingtom, streamkv, weavetime, mukv (each driven by its own streaming method,
 :mod:`infinipotv.stream`).
 """
 
@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (registers the policies)
     baselines,
     frames,
     livevlm,
+    mukv,
     rekv,
     streamingtom,
     streamingvlm,

@@ -4,4 +4,13 @@ The streaming methods register here (``infinipotv.stream.method.STREAMING``): im
 ``streaming`` kind a registered policy may name available to the session.
 """
 
-from infinipotv.stream import method, retrieval, streamingtom, streamingvlm, streamkv, streammem, weavetime  # noqa: F401  (registers the streaming methods)
+from infinipotv.stream import (  # noqa: F401  (registers the streaming methods)
+    method,
+    mukv,
+    retrieval,
+    streamingtom,
+    streamingvlm,
+    streamkv,
+    streammem,
+    weavetime,
+)

@@ -68,6 +68,9 @@ class StreamingMethod(ABC):
     #: The session captures each layer's pre-RoPE queries of a question's prompt forward and hands them, with the
     #: prompt's next-token logits, to :meth:`reconsider` (an answer-time branch: WeaveTime's gate).
     capture_answer_queries: bool = False
+    #: False: the session does not prefill a chunk into the cache (a method that keeps no streaming context and
+    #: encodes the chunk itself in :meth:`after_chunk`, MuKV's side prefills); the reference cache still gets it.
+    prefills_chunks: bool = True
 
     def start(self, video: VideoState) -> None:
         """A new video starts (its cache holds the prefix): make per-video state (host stores...)."""

@@ -156,12 +156,13 @@ class StreamingSession:
             method.before_chunk(v, chunk, clock)
             chunk, ids = method.before_prefill(v, chunk, ids, transient=False)
         before = held + len(ids)  # what the memory would hold with the chunk, had nothing been pruned before it
+        stream = method is None or method.prefills_chunks
         if method is not None and method.capture_chunk_queries:
             with a.capture_queries() as captured:
                 self._prefill(chunk.embeds, chunk.positions, ids)
             queries = [layer[0] for layer in captured]  # the committing forward's (a reference cache's comes after)
         else:
-            self._prefill(chunk.embeds, chunk.positions, ids)
+            self._prefill(chunk.embeds, chunk.positions, ids, stream)
             queries = None
         if method is not None:
             method.after_chunk(v, chunk, ids, clock, queries)
@@ -201,8 +202,12 @@ class StreamingSession:
         if self.method is not None:
             self.method.check_chunk(chunk.embeds.shape[0], chunk.n_frames)
 
-    def _prefill(self, embeds: torch.Tensor, positions: torch.Tensor, token_ids: torch.Tensor) -> None:
-        for cache in (self.video.cache, self.video.ref_cache):
+    def _prefill(
+        self, embeds: torch.Tensor, positions: torch.Tensor, token_ids: torch.Tensor, stream: bool = True
+    ) -> None:
+        """Prefill into the stream's cache (unless ``stream`` is False: a method that keeps no streaming context)
+        and the reference cache."""
+        for cache in (self.video.cache if stream else None, self.video.ref_cache):
             if cache is not None:
                 cache.commit(token_ids.to(self.adapter.device))
                 self.adapter.forward(embeds, positions, cache, logits=False)

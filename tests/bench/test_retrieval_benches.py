@@ -27,6 +27,11 @@ def test_retrieval_benches_run_in_smoke_mode(tmp_path: Path) -> None:
     weavetime = next(r for r in data["runs"] if r["method"] == "weavetime")  # no second copy of the keys
     assert [c["host_bytes"] for c in weavetime["checkpoints"]] == hosts
     assert len({c["accelerator_peak_bytes"] for c in weavetime["checkpoints"]}) == 1
+    mukv = next(r for r in data["runs"] if r["method"] == "mukv")  # the prefix and |M| retrieved tokens at most:
+    peaks = [c["accelerator_peak_bytes"] for c in mukv["checkpoints"]]  # 6 frames hold 1 of the 2 segments it reads
+    assert peaks == sorted(peaks) and len(set(peaks[1:])) == 1
+    mukv_hosts = [c["host_bytes"] for c in mukv["checkpoints"]]
+    assert mukv_hosts == sorted(mukv_hosts) and 6 <= mukv_hosts[-1] / mukv_hosts[0] <= 10  # every block kept
     by_method = {(r["model"], r["method"]): r for r in peers["runs"]}
     assert by_method[("llava_ov", "tar_van_pool")]["host_bytes"] == 0 < by_method[("llava_ov", "rekv")]["host_bytes"]
     assert {m for _, m in by_method} == {"tar_van_pool", "rekv", "livevlm", "streammem", "streamingvlm", "streamingtom"}

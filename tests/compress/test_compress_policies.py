@@ -23,7 +23,7 @@ from infinipotv.compress import (
 N_LAYERS = 6  # not a multiple of 4: every layer_quartile group boundary is exercised
 # Rules that choose from what the stored tensors cannot tell: StreamMem's proxy queries, StreamingTOM's cut before
 # the LLM. Their streaming methods call them (tests/stream/test_peer_methods.py, the transcription tests).
-NOT_ALONE = {"streammem", "streamingtom"}
+NOT_ALONE = {"streammem", "streamingtom", "mukv"}
 
 CASES = [(name, {}) for name in sorted(POLICIES) if name not in NOT_ALONE]
 CASES += [("tar_van_pool", {"pooling": pooling}) for pooling in POOLINGS]

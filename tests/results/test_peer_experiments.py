@@ -29,9 +29,9 @@ from infinipotv.results.tables import matches
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ["swa", "van", "tar_van", "van_pool", "tar_van_pool", "rekv", "livevlm", "streammem", "streamingvlm"]
-CLUSTER_ONLY = ["streamkv", "weavetime"]  # issue 43's methods: rows of the cluster table only (the CPU study has not
-# run them yet)
-INT4_CLUSTER = [*PEERS[:-1], *CLUSTER_ONLY]
+# issue 43's methods: rows of the cluster table only (the CPU study has not run them yet)
+CLUSTER_ONLY = ["streamkv", "weavetime", "mukv"]
+INT4_CLUSTER = [*PEERS[:-1], *CLUSTER_ONLY[:-1]]  # MuKV keeps no KV cache to quantize
 CLUSTER_SWEEPS = [  # experiments/peers_table.yaml's three sweeps, as its header gives them
     [],
     ["quant=int4", "compress=" + ",".join(INT4_CLUSTER)],
@@ -164,6 +164,7 @@ def test_the_cluster_cases_are_the_documented_sweeps_and_every_table_row() -> No
         (["quant=int4", "compress=streamingtom", "model=qwen2vl"], "quant= does not apply"),
         (["quant=int4", "compress=streamingvlm", "model=llava_ov"], "pos_mode=shrink keeps full-precision keys"),
         (["quant=int4", "compress=streamingvlm", "model=qwen2vl"], "pos_mode=shrink keeps full-precision keys"),
+        (["quant=int4", "compress=mukv", "model=llava_ov"], "use quant=fp16"),
     ],
 )
 def test_the_int4_rows_a_method_cannot_take_are_refused(

@@ -14,8 +14,10 @@ BUDGET, C_RATIO, CHUNK = 48, 0.75, 2  # 6 tokens per model frame (56 x 84), chun
 # StreamingTOM keeps every frame (OQM's 4-bit groups) and bounds what a forward reads instead: its own tests
 # (tests/stream/test_peer_methods.py) hold that bound.
 GROWING = {"streamingtom"}
+# MuKV keeps no video in the cache (every block goes to the host): tests/stream/test_mukv_session.py holds its bounds.
+NO_VIDEO_CACHE = {"mukv"}
 VARIANTS = (
-    [(name, {}) for name in POLICIES if name not in GROWING]
+    [(name, {}) for name in POLICIES if name not in GROWING | NO_VIDEO_CACHE]
     + [("tar_van_pool", {"pooling": p}) for p in POOLINGS]
     + [("tar_van_pool", {"frame_view": "grid_aware"}), ("tar", {"frame_view": "grid_aware"})]
 )

@@ -1,0 +1,193 @@
+"""MuKV's streaming (the rule and its choices: :class:`infinipotv.compress.mukv.MuKV`).
+
+MuKV keeps no streaming context: the session does not prefill a chunk into the cache (:attr:`prefills_chunks`),
+which holds the system prefix alone. After each chunk (:meth:`MuKVMethod.after_chunk`), frame by frame, each of
+its patch blocks and the frame itself, and every ``segment_frames`` frames (gathered across chunks on the host) a
+segment block, is prefilled alone over the prefix (H8, :func:`~infinipotv.stream.side_prefill.side_prefill`)
+where the video's first token sits (the block translated, its own positions kept: upstream puts every block
+right after its init prompt). The rule scores the block's tokens from that forward's last layer, its kept tokens
+go to the granularity's host stores (one per layer, in the cache's storage dtype) and its representative to the
+host beside them.
+
+At a question (:meth:`MuKVMethod.view`): the bare question is side-prefilled over the prefix and its last token's
+last-layer key scores every block's representative on the host; the rule picks each granularity's blocks, only
+those are copied to the accelerator, and the prompt and answer read [prefix | patch | frame | segment blocks] at
+the positions they were prefilled at (``positions=original``) or re-rotated to follow the prefix
+(``contiguous``, 1-D RoPE models; M-RoPE keeps the original ones, as every retrieval method here).
+
+Accelerator memory: the prefix while streaming, plus one block's transient forward (a segment's tokens and the
+last layer's attention weights); at an answer at most |M| retrieved tokens per layer and KV head (the rule's
+counts). Host: every block's kept tokens at the three granularities, the representatives, and the open segment's
+frames (input embeddings, at most ``segment_frames - 1`` frames).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from infinipotv.compress.mukv import GRAINS, MuKV, kept_tokens, pick, representative, token_importance
+from infinipotv.kv.host import HostStore, Offloaded
+from infinipotv.models.base import ModelAdapter, VisionChunk
+from infinipotv.stream.method import StreamingMethod, View, held_bytes, streaming_method
+from infinipotv.stream.schedule import ByteCap
+from infinipotv.stream.side_prefill import side_prefill
+from infinipotv.stream.trace import PassClock
+
+if TYPE_CHECKING:
+    from infinipotv.stream.video_state import VideoState
+
+MEMORY = "mukv"  # VideoState.state key: the video's MuKVMemory
+
+
+@dataclass
+class MuKVMemory:
+    """One video's blocks: per granularity a host store per layer and the representatives ``[K]`` (host), and the
+    open segment's frames (input embeddings ``[T_f, hidden]`` on the host, positions ``[R, T_f]``, ids ``[T_f]``)."""
+
+    stores: dict[str, list[HostStore]]
+    rows: dict[str, list[torch.Tensor]] = field(default_factory=lambda: {g: [] for g in GRAINS})
+    open_embeds: list[torch.Tensor] = field(default_factory=list)
+    open_positions: list[torch.Tensor] = field(default_factory=list)
+    open_ids: list[torch.Tensor] = field(default_factory=list)
+
+    def host_bytes(self) -> int:
+        """The representatives and the open segment's frames (the stores count their own)."""
+        tensors = [*(r for rows in self.rows.values() for r in rows), *self.open_embeds, *self.open_positions]
+        return sum(t.nbytes for t in (*tensors, *self.open_ids))
+
+
+@streaming_method("mukv")
+class MuKVMethod(StreamingMethod):
+    """Streams with a :class:`~infinipotv.compress.mukv.MuKV` rule under |M| = ``budget`` retrieved tokens."""
+
+    prefills_chunks = False
+
+    def __init__(
+        self, policy: MuKV, adapter: ModelAdapter, budget: int, c_ratio: float, byte_cap: ByteCap | None
+    ) -> None:
+        self.rule = policy
+        self.adapter = adapter
+        self.budget = budget
+
+    def start(self, video: VideoState) -> None:
+        device, n_layers = self.adapter.device, self.adapter.n_layers
+        memory = MuKVMemory(stores={g: [HostStore(device) for _ in range(n_layers)] for g in GRAINS})
+        video.state[MEMORY] = memory
+        video.host = [store for g in GRAINS for store in memory.stores[g]]
+
+    def host_bytes(self, video: VideoState) -> int:
+        return super().host_bytes(video) + video.state[MEMORY].host_bytes()
+
+    # -- after each chunk -----------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def after_chunk(
+        self,
+        video: VideoState,
+        chunk: VisionChunk,
+        token_ids: torch.Tensor,
+        clock: PassClock,
+        queries: list[torch.Tensor] | None,
+    ) -> None:
+        memory, per_frame = video.state[MEMORY], chunk.tokens_per_frame
+        g = self.rule.block_tokens(per_frame)
+        origin = self.adapter.frame_positions(0, 1, chunk.grid, video.fps, video.video_start)[:, :1].to(
+            chunk.positions.device
+        )
+        clock.bytes_before = held_bytes(video)
+        for f in range(chunk.n_frames):
+            rows = slice(f * per_frame, (f + 1) * per_frame)
+            embeds, positions, ids = chunk.embeds[rows], chunk.positions[:, rows], token_ids[rows]
+            for at in range(0, g["patch"] * self.rule.patch_split, max(g["patch"], 1)):  # none below a token each
+                part = slice(at, at + g["patch"])
+                self._block(video, "patch", embeds[part], positions[:, part], ids[part], origin, clock)
+            self._block(video, "frame", embeds, positions, ids, origin, clock)
+            memory.open_embeds.append(embeds.to("cpu", copy=True))
+            memory.open_positions.append(positions.to("cpu", copy=True))
+            memory.open_ids.append(ids.to("cpu", copy=True))
+            if len(memory.open_ids) == self.rule.segment_frames:  # the open segment is whole: its block
+                device = chunk.embeds.device
+                segment_embeds = torch.cat(memory.open_embeds).to(device)
+                segment_positions = torch.cat(memory.open_positions, dim=1).to(device)
+                segment_ids = torch.cat(memory.open_ids)
+                memory.open_embeds, memory.open_positions, memory.open_ids = [], [], []
+                self._block(video, "segment", segment_embeds, segment_positions, segment_ids, origin, clock)
+        clock.passes += 1
+
+    def _block(
+        self,
+        video: VideoState,
+        grain: str,
+        embeds: torch.Tensor,
+        positions: torch.Tensor,
+        ids: torch.Tensor,
+        origin: torch.Tensor,
+        clock: PassClock,
+    ) -> None:
+        """One block side-prefilled where the video starts (an encode, timed as one), then compressed and offloaded
+        (timed as the step's compression)."""
+        placed = positions.long() - (positions[:, :1].long() - origin)
+        out = side_prefill(self.adapter, video.cache, video.prefix_len, embeds, placed)
+        with clock.timed():
+            importance = token_importance(out.attention, out.keys[-1], video.prefix_len, self.rule.alpha(grain))
+            n_keep = self.rule.kept(video.grid[0] * video.grid[1])[grain]
+            kept = kept_tokens(importance, n_keep)
+            cpu = kept.to(ids.device)
+            memory = video.state[MEMORY]
+            for host, store, keys, values in zip(memory.stores[grain], video.cache.stores, out.keys, out.values):
+                dtype = store.read()[0].dtype  # the storage's (quant=fp16), as every method's offloaded tokens
+                host.append(Offloaded(keys[:, kept].to(dtype), values[:, kept].to(dtype), ids[cpu], placed[:, kept]))
+            memory.rows[grain].append(representative(out.keys[-1][:, kept]).cpu())
+
+    # -- at a question --------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def view(self, video: VideoState, question_ids: list[int]) -> View | None:
+        a, memory, p = self.adapter, video.state[MEMORY], video.prefix_len
+        stored = [store.read() for store in video.cache.stores]
+        prefix = [(k[:, :p], v[:, :p]) for k, v in stored]
+        if not any(memory.rows[g] for g in GRAINS):
+            ids = [store.token_ids()[0, :p] for store in video.cache.stores]
+            return View(layers=[((k,), (v,)) for k, v in prefix], start=video.video_start, nbytes=0, ids=ids)
+        asked = side_prefill(
+            a, video.cache, p, a.embed_text(question_ids), a.text_positions(video.video_start, len(question_ids)), False
+        )
+        query = asked.keys[-1][:, -1].reshape(-1).cpu()  # the last question token's last-layer key (post-RoPE)
+        rows = {g: torch.stack(memory.rows[g]) if memory.rows[g] else torch.empty(0, query.numel()) for g in GRAINS}
+        counts = self.rule.retrieved(video.grid[0] * video.grid[1], self.budget)
+        picks = pick(query, rows, counts, self.rule.top_n, self.rule.rerank())
+        kept = self.rule.kept(video.grid[0] * video.grid[1])
+        layers, read, nbytes, length, start = [], [], 0, 0, video.video_start
+        contiguous = self.rule.positions == "contiguous" and a.contiguous_positions
+        for layer, (prefix_k, prefix_v) in enumerate(prefix):
+            parts = [self._take(memory.stores[g][layer], picks[g], kept[g]) for g in GRAINS if picks[g].numel()]
+            keys = torch.cat([k for k, _, _, _ in parts], dim=1).to(prefix_k.dtype)
+            values = torch.cat([v for _, v, _, _ in parts], dim=1).to(prefix_v.dtype)
+            positions = torch.cat([pos for _, _, pos, _ in parts], dim=1).long()
+            prefix_ids = video.cache.stores[layer].token_ids()[0, :p]
+            read.append(torch.cat([prefix_ids, *(i.to(prefix_ids) for _, _, _, i in parts)]))
+            length = keys.shape[1]
+            if contiguous:
+                keys = a.rerotate(keys, positions, a.text_positions(video.video_start, length).to(keys.device))
+            elif length:
+                start = max(start, int(positions.max()) + 1)
+            nbytes += keys.nbytes + values.nbytes
+            layers.append(((prefix_k, keys), (prefix_v, values)))
+        return View(layers=layers, start=max(start, video.video_start + length), nbytes=nbytes, ids=read)
+
+    @staticmethod
+    def _take(
+        host: HostStore, blocks: torch.Tensor, size: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Keys, values, positions and stream ids of ``blocks`` (``size`` tokens each) of one store, copied to the
+        accelerator, in the order given (the rule's score order)."""
+        ascending, order = blocks.sort()
+        got = host.take((ascending.view(-1, 1) * size + torch.arange(size)).view(-1))
+        back = torch.argsort(order)  # the rank of each block in ascending order, read in score order
+
+        def by_score(t: torch.Tensor) -> torch.Tensor:
+            return t.view(t.shape[0], len(blocks), size, *t.shape[2:])[:, back].flatten(1, 2)
+
+        ids = got.ids.view(len(blocks), size)[back.to(got.ids.device)].flatten()
+        return by_score(got.keys), by_score(got.values), by_score(got.positions), ids
