@@ -20,14 +20,14 @@ source experiments/study.sh
 DEV=(benchmark.seed=2 benchmark.options.n_videos=10)
 BUDGETS=(72 144 288 576)
 MIB=(1.7853 3.3921 6.6056 13.0326)  # FP16 bytes of each budget + the prefix (experiments/fair_peers.yaml)
-TUNED=(swa van tar_van van_pool tar_van_pool rekv livevlm streamkv weavetime streammem streamingtom)
+TUNED=(swa van tar_van van_pool tar_van_pool rekv livevlm streamkv weavetime mukv streammem streamingtom)
 
 tuned() {  # the chosen overrides of method $1 (empty: the rule kept its default)
   "$PY" -m infinipotv.results.tuning "$EXPERIMENT" --overrides "$1"
 }
 
 dev_a() {
-  sweep "${DEV[@]}"                                                                             # 12 defaults
+  sweep "${DEV[@]}"                                                                             # 13 defaults
   sweep compress=swa,tar_van_pool compress.c_ratio=0.5,0.625 "${DEV[@]}"
   sweep compress=van,tar_van,van_pool compress.c_ratio=0.5 "${DEV[@]}"
 }
@@ -35,6 +35,7 @@ dev_a() {
 dev_b() {
   sweep compress=rekv,livevlm,streamkv,weavetime compress.c_ratio=0.25,0.75 "${DEV[@]}"
   sweep compress=streammem compress.prototypes=false "${DEV[@]}"
+  sweep compress=mukv compress.topk_segment=24 "${DEV[@]}"
   sweep compress=streamingtom compress.retain=2,6 "${DEV[@]}"
 }
 
