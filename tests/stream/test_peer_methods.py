@@ -94,9 +94,9 @@ def pre_rope_keys_by_token(adapter: ModelAdapter, session: StreamingSession) -> 
 
         return record
 
-    def recorded(embeds: torch.Tensor, positions: torch.Tensor, token_ids: torch.Tensor) -> None:
+    def recorded(embeds: torch.Tensor, positions: torch.Tensor, token_ids: torch.Tensor, stream: bool = True) -> None:
         outputs.clear()
-        prefill(embeds, positions, token_ids)
+        prefill(embeds, positions, token_ids, stream)
         for layer, keys in outputs.items():
             for j, token in enumerate(token_ids.tolist()):
                 table[layer][(token, j if token == TEXT_ID else 0)] = keys[:, j]
