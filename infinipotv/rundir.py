@@ -40,7 +40,7 @@ REJECTED = "predictions.rejected.jsonl"
 COMPACT = "compact.json"
 LOCK = ".lock"
 #: Top-level config keys that say where and how a run is reported, not what it computes: a resume may change them.
-NOT_THE_RUN = ("run_dir", "tracking", "experiment", "table", "retry_errors", "threads")
+NOT_THE_RUN = ("run_dir", "tracking", "experiment", "table", "tuning", "retry_errors", "threads")
 
 
 class RunDirError(RuntimeError):

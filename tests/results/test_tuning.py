@@ -12,6 +12,7 @@ import pytest
 from infinipotv import compress
 from infinipotv.results.collect import Run
 from infinipotv.results.tuning import main, tuning_report
+from infinipotv.rundir import CONFIG, config_conflict
 
 SPEC = {
     "where": {"benchmark.seed": 2, "compress.budget": 144},
@@ -79,3 +80,12 @@ def test_the_script_reads_the_choice_back(tmp_path: Path, capsys: pytest.Capture
     assert capsys.readouterr().out.splitlines() == ["compress.c_ratio=0.25", ""]
     assert main(["fair_peers", "--out", str(out), "--overrides", "van"]) == 2
     assert "van has no complete tuning" in capsys.readouterr().err
+
+
+def test_a_study_may_edit_its_tables_and_tuning_grid_under_finished_runs(tmp_path: Path) -> None:
+    """A sitting that adds a method to the study's grid or tables resumes the runs already committed: the `table`
+    and `tuning` blocks say how a study reports, not what a run computes; the run's own keys still refuse."""
+    (tmp_path / CONFIG).write_text("seed: 0\nlabel: upstream\ntable: {a: 1}\ntuning: {grids: {rekv: {}}}\n")
+    edited = "seed: 0\nlabel: upstream\ntable: {a: 2}\ntuning: {grids: {rekv: {}, mukv: {}}}\n"
+    assert config_conflict(tmp_path, edited) is None
+    assert "label" in (config_conflict(tmp_path, edited.replace("upstream", "tuned")) or "")
