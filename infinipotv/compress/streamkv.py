@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from .base import check_choice, check_range, register
+from .rekv import ReKV
 from .retrieval import RetrievalPolicy, mean_query, top_blocks
 
 BUDGET_MODES = ("upstream", "strict")
@@ -203,9 +204,9 @@ class StreamKV(RetrievalPolicy):
         include_window / positions: as ReKV's.
     """
 
-    # Upstream's split (run_eval.sh, spec/field2.md section 1.2): ReKV's window of n_local = 15,000 tokens beside
+    # Upstream's split (run_eval.sh, spec/field2.md section 1.2): ReKV's, a window of n_local = 15,000 tokens beside
     # retrieve_size = 64 one-frame blocks of 196 tokens.
-    default_c_ratio: ClassVar[float] = 15000 / (15000 + 64 * 196)
+    default_c_ratio: ClassVar[float] = ReKV.default_c_ratio
 
     min_segment_size: int = 4
     max_segment_size: int = 64

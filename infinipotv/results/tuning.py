@@ -164,11 +164,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         print(" ".join(chosen["overrides"]))
         return 0
-    spec = (yaml.safe_load(path.read_text()) or {}).get("tuning")
+    experiment = yaml.safe_load(path.read_text()) or {}
+    spec = experiment.get("tuning")
     if not spec:
         print(f"error: {path} has no `tuning` block", file=sys.stderr)
         return 2
-    name = (yaml.safe_load(path.read_text()) or {}).get("experiment", path.stem)
+    name = experiment.get("experiment", path.stem)
     runs = [r for r in load_runs(args.runs) if r.fields["experiment"] == name]
     text, chosen = tuning_report(runs, spec)
     out.mkdir(parents=True, exist_ok=True)

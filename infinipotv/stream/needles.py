@@ -53,7 +53,7 @@ def needle_stats(read: list[torch.Tensor], evidence: torch.Tensor) -> dict[str, 
         return None
     recall, share = [], []
     for ids in read:
-        ids = ids.reshape(-1, ids.shape[-1]) if ids.dim() else ids.reshape(1, 1)
+        ids = ids.reshape(-1, ids.shape[-1])  # [H, N]: a shared [N] is one row
         ev = evidence.to(device=ids.device, dtype=ids.dtype)
         for head in ids:
             video = head[head >= 0]

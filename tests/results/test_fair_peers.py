@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infinipotv.factory import build_adapter, build_parts
 from infinipotv.models.base import ModelAdapter
@@ -25,15 +26,10 @@ from tests.symbolic.conftest import compose_run
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "fair_peers.sh"
 TUNED = "rekv"  # the method the stand-in rule "chose" a setting for (the others keep their default)
-METHODS = [
-    m.strip()
-    for m in (ROOT / "experiments" / "fair_peers.yaml")
-    .read_text()
-    .split("compress: swa,", 1)[1]
-    .split("\n", 1)[0]
-    .split(",")
-]
-METHODS = ["swa", *METHODS]
+# the experiment's own sweep: every method a plain `sweep` line runs
+METHODS = yaml.safe_load((ROOT / "experiments" / "fair_peers.yaml").read_text())["hydra"]["sweeper"]["params"][
+    "compress"
+].split(",")
 
 
 def _lane_sweeps() -> dict[str, list[list[str]]]:
