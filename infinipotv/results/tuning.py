@@ -106,6 +106,9 @@ def overrides(trial: Trial) -> list[str]:
 
 
 def _fmt(value: Any) -> str:
+    """A value as the table shows it; None is a knob left to the policy, which derives it from upstream's share."""
+    if value is None:
+        return "None (upstream's share)"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
