@@ -73,6 +73,7 @@ class LiveVLM(RetrievalPolicy):
 
     offload_on_arrival: ClassVar[bool] = False
     cache_block_keys: ClassVar[bool] = False
+    block_knob: ClassVar[str | None] = "page_tokens"
 
     # The paper gives no short-term size (only the long-term budget M = 12K and page_ratio); an even split of the
     # accelerator tokens between the short-term memory and the retrieved pages is this harness's declared choice.

@@ -64,6 +64,8 @@ class RetrievalPolicy(Policy):
     offload_on_arrival: ClassVar[bool] = True
     #: True: block rows are computed once, when a block is offloaded (the offloaded tokens never change).
     cache_block_keys: ClassVar[bool] = True
+    #: The knob that sizes a retrieval block, named when a block cannot fit the buffer (None: a block is a frame).
+    block_knob: ClassVar[str | None] = "block_frames"
 
     # Every subclass declares these two knobs (dataclass fields cannot follow defaults across a base):
     #   include_window: the window's tokens join the answer's context (after the retrieved ones)
@@ -76,6 +78,17 @@ class RetrievalPolicy(Policy):
     def block_tokens(self, tokens_per_frame: int) -> int:
         """Tokens per retrieval block (a frame for ReKV, a page for LiveVLM)."""
         raise NotImplementedError
+
+    def check_stream(self, chunk_frames: int, tokens_per_frame: int, budget: int, n_keep: int) -> None:
+        """A question copies whole blocks into the buffer |M| - |C|: one block must fit, or every answer would read
+        the window alone."""
+        block = self.block_tokens(tokens_per_frame)
+        if block > budget - n_keep:
+            knob = f", or lower compress.{self.block_knob}" if self.block_knob else ""
+            raise ValueError(
+                f"a retrieval block of {block} tokens exceeds the retrieval buffer |M| - |C| = {budget - n_keep} "
+                f"(|M| = {budget}, |C| = {n_keep}): raise compress.budget, lower compress.c_ratio{knob}"
+            )
 
     def host_capacity(self, buffer_tokens: int) -> int | None:
         """Most tokens the host memory keeps (None: the whole stream)."""

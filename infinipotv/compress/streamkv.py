@@ -207,6 +207,7 @@ class StreamKV(RetrievalPolicy):
     # Upstream's split (run_eval.sh, spec/field2.md section 1.2): ReKV's, a window of n_local = 15,000 tokens beside
     # retrieve_size = 64 one-frame blocks of 196 tokens.
     default_c_ratio: ClassVar[float] = ReKV.default_c_ratio
+    block_knob: ClassVar[str | None] = None  # a block is a frame
 
     min_segment_size: int = 4
     max_segment_size: int = 64

@@ -120,11 +120,7 @@ class WeaveTime(RetrievalPolicy):
                 f"a chunk of {chunk_frames} model frames cannot be cut into blocks of block_frames="
                 f"{self.block_frames}: make eval.chunk_frames a multiple of the block's frames"
             )
-        if self.block_frames * tokens_per_frame > budget - n_keep:
-            raise ValueError(
-                f"a block of {self.block_frames} frames ({self.block_frames * tokens_per_frame} tokens) exceeds the "
-                f"retrieval buffer |M| - |C| = {budget - n_keep}: lower block_frames or raise compress.budget"
-            )
+        super().check_stream(chunk_frames, tokens_per_frame, budget, n_keep)
 
     def block_tokens(self, tokens_per_frame: int) -> int:
         return self.block_frames * tokens_per_frame

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from infinipotv.compress import build
+from infinipotv.compress import POLICIES, build
+from infinipotv.compress.retrieval import RetrievalPolicy
 from infinipotv.compress.livevlm import vsb_keep
 
 H_Q, H_KV, D = 6, 2, 8
@@ -123,3 +124,19 @@ def test_livevlm_scores_with_the_newest_frame_attention():
 def test_bad_knobs_are_refused_in_one_line(name, kwargs, message):
     with pytest.raises(ValueError, match=message):
         build(name, **kwargs)
+
+
+RETRIEVAL = sorted(name for name, cls in POLICIES.items() if issubclass(cls, RetrievalPolicy))
+
+
+@pytest.mark.parametrize("name", RETRIEVAL)
+def test_a_block_the_buffer_cannot_hold_is_refused(name):
+    """Every retrieval policy refuses a stream whose buffer |M| - |C| holds no whole block (a question would read
+    the window alone: LiveVLM's pages of 16 tokens used to be cut silently), naming the knob that sizes it."""
+    policy = build(name)
+    block = policy.block_tokens(12)
+    policy.check_stream(1, 12, 48 + block, 48)
+    with pytest.raises(ValueError, match=rf"retrieval block of {block} tokens exceeds the retrieval buffer") as err:
+        policy.check_stream(1, 12, 48 + block - 1, 48)
+    knob = type(policy).block_knob
+    assert (f"compress.{knob}" in str(err.value)) == (knob is not None)
