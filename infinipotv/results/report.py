@@ -128,20 +128,17 @@ def _draw(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], out: Pat
             fig = plot_accuracy_vs_budget(
                 _with_ci(frame, runs, figure.benchmark, figure.score), figure.benchmark, figure.score
             )
-            stem = out / f"accuracy_vs_budget_{figure.benchmark}_{figure.score}"
         elif figure.kind == "accuracy_vs_metric":
             points = _points(figure, frame, runs, notes)
             fig = plot_accuracy_vs_metric(
                 points, figure.benchmark, figure.score, metric_label(str(figure.metric), figure.scale)
             )
-            stem = out / f"accuracy_vs_{figure.metric.replace('.', '_')}_{figure.benchmark}_{figure.score}"
         else:
             fig = plot_memory_trace([r for r in runs if figure.benchmark in (None, r.fields["benchmark"])])
-            stem = out / f"memory_trace_{figure.benchmark or 'all'}"
     except ValueError as err:
         notes.append(f"figure {figure.kind} {figure.benchmark or ''}: {err}")
         return []
-    return save_figure(fig, stem)
+    return save_figure(fig, out / figure.stem())
 
 
 def _points(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], notes: list[str]) -> pd.DataFrame:

@@ -41,8 +41,9 @@ Figures (``figures:`` beside ``tables:``; without it, chosen from the tables' co
                                  # accuracy against a metric (as a metric column's): one line per (policy, kv)
                                  # across its budgets, CI bars, the Pareto front as a grey band
       - {kind: memory_trace, benchmark: mlvu}                        # KV bytes over frames streamed, per run
-    # each takes `where: {...}` (as rows' `where`) to draw only the runs it matches; every figure draws a method
-    # family in one colour, a method with its own marker (infinipotv/results/methods.py), and its axes in words
+    # each takes `where: {...}` (as rows' `where`) to draw only the runs it matches, and `name` (its file stem under
+    # figures/; needed where two figures would share one); every figure draws a method family in one colour, a
+    # method with its own marker (infinipotv/results/methods.py), and its axes in words
 """
 
 from __future__ import annotations
@@ -132,6 +133,16 @@ class FigureSpec:
     where: dict[str, Any] = field(default_factory=dict)  # only the runs matching these keys (as rows' `where`)
     metric: str | None = None  # accuracy_vs_metric's x: a path into metrics.json (as a metric column's), times scale
     scale: float = 1.0
+    name: str | None = None  # the file stem under figures/ (None: from the kind, benchmark, score and metric)
+
+    def stem(self) -> str:
+        """The file name (without suffix) the figure is written to."""
+        if self.name is not None:
+            return self.name
+        if self.kind == "memory_trace":
+            return f"memory_trace_{self.benchmark or 'all'}"
+        x = "budget" if self.kind == "accuracy_vs_budget" else str(self.metric).replace(".", "_")
+        return f"accuracy_vs_{x}_{self.benchmark}_{self.score}"
 
 
 @dataclass(frozen=True)
@@ -296,6 +307,13 @@ def parse_experiment(block: Any, where: str = "table") -> ExperimentSpec:
         _check_keys(block, {"tables", "figures"}, where)
         if block.get("figures") is not None:
             figures = tuple(_figure(f, f"{where}.figures[{i}]") for i, f in enumerate(block["figures"]))
+            stems = [f.stem() for f in figures]
+            for i, stem in enumerate(stems):
+                if stem in stems[:i]:
+                    raise SpecError(
+                        f"{where}.figures[{stems.index(stem)}] and [{i}] both write figures/{stem}: give one a "
+                        f"`name` (the later would overwrite the earlier)"
+                    )
         block = block["tables"]
     tables = [block] if isinstance(block, Mapping) else list(block)
     parsed = tuple(parse_table(t, f"{where}[{i}]") for i, t in enumerate(tables))
@@ -306,7 +324,7 @@ def parse_experiment(block: Any, where: str = "table") -> ExperimentSpec:
 
 
 def _figure(block: Mapping[str, Any], where: str) -> FigureSpec:
-    _check_keys(block, {"kind", "benchmark", "score", "where", "metric", "scale"}, where)
+    _check_keys(block, {"kind", "benchmark", "score", "where", "metric", "scale", "name"}, where)
     kind = str(_require(block, "kind", where))
     if kind not in FIGURE_KINDS:
         raise SpecError(f"{where}: kind must be one of {', '.join(FIGURE_KINDS)}, got {kind!r}")
@@ -315,6 +333,15 @@ def _figure(block: Mapping[str, Any], where: str) -> FigureSpec:
     if (kind == "accuracy_vs_metric") != (block.get("metric") is not None):
         raise SpecError(f"{where}: `metric` (the x axis, a path into metrics.json) goes with kind accuracy_vs_metric")
     metric = None if block.get("metric") is None else str(block["metric"])
+    name = block.get("name")
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", str(name)):
+        raise SpecError(f"{where}: name {name!r} is a file stem under figures/: letters, digits, '_', '.', '-' only")
     return FigureSpec(
-        kind, block.get("benchmark"), block.get("score"), dict(block.get("where") or {}), metric, _scale(block, where)
+        kind,
+        block.get("benchmark"),
+        block.get("score"),
+        dict(block.get("where") or {}),
+        metric,
+        _scale(block, where),
+        None if name is None else str(name),
     )

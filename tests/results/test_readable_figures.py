@@ -24,6 +24,7 @@ from infinipotv.results.figures import (
     plot_accuracy_vs_metric,
 )
 from infinipotv.results.methods import FAMILIES, method_style
+from infinipotv.results.spec import SpecError, parse_experiment
 from infinipotv.rundir import METRICS
 
 BUDGETS = (72, 144, 288, 576)
@@ -184,3 +185,21 @@ def test_the_memory_figure_names_runs_in_words_and_shades_one_methods_budgets(sw
     assert len({to_hex(lines[label].get_color()) for label in fp16}) == 4  # told apart
     assert to_hex(lines[fp16[-1]].get_color()) == method_style("tar_van_pool").colour.lower()  # the largest: its own
     assert "Full KV FP16, no budget" in lines
+
+
+def test_two_figures_that_would_write_one_file_are_refused_and_named_ones_are_not() -> None:
+    """fair_peers draws accuracy against memory twice (upstream and tuned rows): without names the second file would
+    overwrite the first, so the spec refuses it in one line; with names each gets its own file."""
+    figure = {"kind": "accuracy_vs_metric", "benchmark": "mlvu", "score": "avg", "metric": "memory.peak_host_bytes"}
+    table = {"name": "t", "columns": [{"benchmark": "mlvu", "score": "avg"}], "rows": {"by": ["policy"]}}
+    twice = [{**figure, "where": {"label": "upstream"}}, {**figure, "where": {"label": "tuned"}}]
+    with pytest.raises(SpecError, match=r"figures\[0\] and \[1\] both write figures/accuracy_vs_memory_peak_host"):
+        parse_experiment({"tables": [table], "figures": twice}, "x.yaml: table")
+    named = [{**f, "name": f"memory_{f['where']['label']}"} for f in twice]
+    spec = parse_experiment({"tables": [table], "figures": named}, "x.yaml: table")
+    assert [f.stem() for f in spec.figures] == ["memory_upstream", "memory_tuned"]
+    with pytest.raises(SpecError, match="is a file stem under figures/"):
+        parse_experiment({"tables": [table], "figures": [{**figure, "name": "../up"}]}, "x.yaml: table")
+    fair = yaml.safe_load((Path(__file__).parents[2] / "experiments" / "fair_peers.yaml").read_text())["table"]
+    stems = [f.stem() for f in parse_experiment(fair, "fair_peers.yaml: table").figures]
+    assert len(set(stems)) == len(stems) == 3
