@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from infinipotv.compress import POLICIES, build
-from infinipotv.compress.retrieval import RetrievalPolicy
 from infinipotv.compress.livevlm import vsb_keep
+from infinipotv.compress.retrieval import RetrievalPolicy
 
 H_Q, H_KV, D = 6, 2, 8
 
