@@ -24,9 +24,10 @@ generate() {  # one stream's videos, before the lanes (they would otherwise writ
   "$PY" -m infinipotv.data.check +experiment="$EXPERIMENT" "$@" >/dev/null
 }
 
-run_lanes() {  # two lane functions side by side, timed and logged with the commit
+run_lanes() {  # two lane functions side by side, timed and logged with the commit (dirty as provenance.json says:
+  # changes under results/, this log among them, are output, not code)
   local start=$SECONDS a b
-  echo "$(date -u +%FT%TZ) $1 + $2 start at $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" >>"$LOG"
+  echo "$(date -u +%FT%TZ) $1 + $2 start at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ":(exclude)results" || echo -dirty)" >>"$LOG"
   "$1" & a=$!
   "$2" & b=$!
   wait $a && wait $b
