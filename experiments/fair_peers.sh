@@ -40,40 +40,48 @@ dev_b() {
   sweep compress=streamingtom compress.retain=2,6 "${DEV[@]}"
 }
 
-# The test lanes take the methods in halves, the |M| = 144 rows first, so a sitting that stops early leaves whole
-# columns (each half's sweep crosses the line's budget with the half's methods); the tables' test checks the halves
-# cover experiments/fair_peers.yaml's methods once.
+# The test lanes take the methods in halves, the |M| = 144 rows first, then 288 and 72, then the tuned rows at 144,
+# so a sitting that stops early leaves whole columns and the headline table's tuned rows (each half's sweep crosses
+# the line's budget with the half's methods); the tables' test checks the halves cover experiments/fair_peers.yaml's
+# methods once.
 HALF_A=compress=swa,van,tar_van,van_pool,tar_van_pool,rekv,livevlm
 HALF_B=compress=streamkv,weavetime,mukv,streammem,streamingvlm,streamingtom
 
 test_a() {
-  for budget in 144 288 72 576; do
+  for budget in 144 288 72; do
     sweep "$HALF_A" label=upstream compress.budget="$budget"
   done
+  for_tuned 0 tuned_at 144
+  sweep "$HALF_A" label=upstream compress.budget=576
   sweep compress=full compress.budget=null label=upstream
   for i in 0 1 2 3; do
     sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib="${MIB[$i]}" label=upstream
   done
-  tuned_rows 0
+  for_tuned 0 tuned_at 72,288,576
+  for_tuned 0 tuned_check
   sweep "$HALF_A" label=upstream compress.budget=144 benchmark.seed=1
   sweep compress=full compress.budget=null label=upstream benchmark.seed=1
 }
 
 test_b() {
-  for budget in 144 288 72 576; do
+  for budget in 144 288 72; do
     sweep "$HALF_B" label=upstream compress.budget="$budget"
   done
+  for_tuned 1 tuned_at 144
+  sweep "$HALF_B" label=upstream compress.budget=576
   # StreamingTOM at the bytes of |M| = 576: its OQM keeps every frame (7.07 MiB at 96 frames, G = 3), so no |M|
   # meets the smaller budgets' bytes; 263 is the largest |M| whose peak stays under 13.0326 MiB (a one-video probe
   # of seed 0 measured 12.976 MiB at 263 and 13.042 MiB at 264; the run's Accel. MiB column is the proof)
   sweep compress=streamingtom compress.budget=263 label=equal_bytes
-  tuned_rows 1
+  for_tuned 1 tuned_at 72,288,576
+  for_tuned 1 tuned_check
   sweep "$HALF_B" label=upstream compress.budget=144 benchmark.seed=1
   sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib="${MIB[1]}" label=upstream \
     benchmark.seed=1
 }
 
-tuned_rows() {  # lane $1 of 2: the tuned rows of half the methods at every budget, and their check on the dev seed
+for_tuned() {  # lane $1 of 2: for each of its half of the methods the development rule retuned, run "${@:2}" with
+  # the method and its chosen overrides appended (a failing `tuned` stops the lane, as set -e does everywhere)
   local i=0 method chosen
   for method in "${TUNED[@]}"; do
     i=$((i + 1))
@@ -81,11 +89,23 @@ tuned_rows() {  # lane $1 of 2: the tuned rows of half the methods at every budg
     chosen=$(tuned "$method")
     [ -n "$chosen" ] || continue
     # shellcheck disable=SC2086  # the chosen overrides are words
-    sweep compress="$method" $chosen label=tuned compress.budget=72,144,288,576
-    sweep compress="$method" $chosen compress.budget=288 "${DEV[@]}"
-    sweep compress="$method" compress.budget=288 "${DEV[@]}"
-    sweep compress="$method" $chosen label=tuned compress.budget=144 benchmark.seed=1
+    "${@:2}" "$method" $chosen
   done
+}
+
+tuned_at() {  # budgets $1 (comma-separated), method $2, its chosen overrides: the tuned rows of seed 0
+  local budgets=$1 method=$2
+  shift 2
+  sweep compress="$method" "$@" label=tuned compress.budget="$budgets"
+}
+
+tuned_check() {  # method $1, its chosen overrides: the choice beside the default at |M| = 288 on the dev seed, and
+  # the tuned row on seed 1
+  local method=$1
+  shift
+  sweep compress="$method" "$@" compress.budget=288 "${DEV[@]}"
+  sweep compress="$method" compress.budget=288 "${DEV[@]}"
+  sweep compress="$method" "$@" label=tuned compress.budget=144 benchmark.seed=1
 }
 
 phase=${1:-all}
