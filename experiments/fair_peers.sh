@@ -3,8 +3,9 @@
 #   dev    the development grid on seed 2 (100 questions, |M| = 144): every method's default and its `tuning` grid
 #   tune   python -m infinipotv.results.tuning fair_peers: the rule picks each method's setting (tuning.md/.json)
 #   test   seed 0 at |M| = 72, 144, 288, 576 at the upstream split, then the tuned rows, INT4 at equal bytes, the
-#          full cache, StreamingTOM at |M| = 576's bytes, seed 1 at |M| = 144, and the check of each choice at
-#          |M| = 288 on the development seed
+#          full cache, StreamingTOM at |M| = 576's bytes, seed 1 at |M| = 144, the check of each choice at
+#          |M| = 288 on the development seed, and StreamKV's layer-adaptive retrieval counts (upstream's
+#          retrieve_temp = 0.5) at its upstream split
 #   tables python -m infinipotv.results fair_peers
 # Usage: bash experiments/fair_peers.sh [dev|test|all]   (from the repository root, after `make install`)
 # Time: ~3.5 min per 100-question run and ~6.5 min per 200-question run per core on a 2-core VM: the development
@@ -46,6 +47,9 @@ dev_b() {
 # methods once.
 HALF_A=compress=swa,van,tar_van,van_pool,tar_van_pool,rekv,livevlm
 HALF_B=compress=streamkv,weavetime,mukv,streammem,streamingvlm,streamingtom
+# StreamKV's upstream retrieval (issue 43): per-layer counts in [R/2, 3R/2] from the question's scores, the same
+# total bytes; added after the test rows were run, so it runs last in both lanes.
+ADAPTIVE=(compress=streamkv compress.retrieve_temp=0.5 label=adaptive)
 
 test_a() {
   for budget in 144 288 72; do
@@ -61,6 +65,8 @@ test_a() {
   for_tuned 0 tuned_check
   sweep "$HALF_A" label=upstream compress.budget=144 benchmark.seed=1
   sweep compress=full compress.budget=null label=upstream benchmark.seed=1
+  sweep "${ADAPTIVE[@]}" compress.budget=144
+  sweep "${ADAPTIVE[@]}" compress.budget=144 benchmark.seed=1
 }
 
 test_b() {
@@ -78,6 +84,7 @@ test_b() {
   sweep "$HALF_B" label=upstream compress.budget=144 benchmark.seed=1
   sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib="${MIB[1]}" label=upstream \
     benchmark.seed=1
+  sweep "${ADAPTIVE[@]}" compress.budget=72,288,576
 }
 
 for_tuned() {  # lane $1 of 2: for each of its half of the methods the development rule retuned, run "${@:2}" with

@@ -127,6 +127,16 @@ def obtain_cdf_num(scores: list[torch.Tensor], target: int) -> list[int]:
     return counts(mid).tolist()
 
 
+def stretch(counts: list[int], new_min: float, new_max: float) -> np.ndarray:
+    """The min-max stretch of ``counts`` into [new_min, new_max] (``rescale_sum_match``'s first stage); equal
+    counts stay as they are."""
+    arr = np.array(counts, dtype=float)
+    low, high = arr.min(), arr.max()
+    if low == high:
+        return arr
+    return (arr - low) / (high - low) * (new_max - new_min) + new_min
+
+
 def rescale_sum_match(counts: list[int], new_min: float, new_max: float) -> list[int]:
     """``rescale_sum_match``: a min-max stretch of ``counts`` into [new_min, new_max], rescaled to their sum,
     rounded and clipped, then one pass of +-1 corrections (the smallest first when short, the largest first when
@@ -134,10 +144,9 @@ def rescale_sum_match(counts: list[int], new_min: float, new_max: float) -> list
     sum is not kept (use :func:`apportion` for that)."""
     arr = np.array(counts, dtype=float)
     total = arr.sum()
-    low, high = arr.min(), arr.max()
-    if low == high:
+    if arr.min() == arr.max():
         return arr.astype(int).tolist()
-    scaled = (arr - low) / (high - low) * (new_max - new_min) + new_min
+    scaled = stretch(counts, new_min, new_max)
     mapped = np.clip(np.round(scaled * (total / scaled.sum())), new_min, new_max)
     diff = int(round(total - mapped.sum()))
     if diff:
@@ -151,16 +160,18 @@ def rescale_sum_match(counts: list[int], new_min: float, new_max: float) -> list
     return mapped.astype(np.int32).tolist()
 
 
-def apportion(weights: list[int], total: int, low: int, high: int) -> list[int]:
-    """Counts in [low, high] summing to exactly ``total``, in proportion to ``weights`` (largest deficit first,
-    ties to the lower layer): the strict mode's replacement of :func:`rescale_sum_match`."""
+def apportion(weights: list[float], total: int, low: int, high: int | list[int]) -> list[int]:
+    """Counts of at least ``low`` and at most ``high`` (one bound, or one per entry) summing to exactly ``total``,
+    in proportion to ``weights`` (largest deficit first, ties to the lower layer): the strict mode's replacement of
+    :func:`rescale_sum_match`."""
     n = len(weights)
-    total = min(max(total, n * low), n * high)
+    highs = high if isinstance(high, list) else [high] * n
+    total = min(max(total, n * low), sum(highs))
     weight_sum = float(sum(weights)) or 1.0
     ideal = [total * (w if sum(weights) else 1) / weight_sum for w in weights]
     out = [low] * n
     for _ in range(total - n * low):
-        open_ = [i for i in range(n) if out[i] < high]
+        open_ = [i for i in range(n) if out[i] < highs[i]]
         best = max(open_, key=lambda i: (ideal[i] - out[i], -i))
         out[best] += 1
     return out
@@ -180,11 +191,18 @@ class StreamKV(RetrievalPolicy):
     after it without being stored; the prompt's mean pre-RoPE query scores each frame block of the segment (a dot
     product with the block's mean pre-RoPE key), and each layer keeps its top ``reserved[l]`` frames (counts from
     :func:`obtain_cdf_num` at ``compression_ratio``, spread by ``compress_temp``) and the summary, never evicted.
-    A question retrieves per layer the top blocks that fit the buffer, the newest ``retrieve_local`` forced in.
+    A question retrieves per layer the top blocks that fit the buffer, the newest ``retrieve_local`` forced in;
+    with ``retrieve_temp`` > 0 the counts are layer-adaptive (:meth:`retrieval_counts`): the question's block scores
+    in every layer give each layer its count, between R (1 - temp) and R (1 + temp) frames, R the buffer's frames.
 
-    Departures (docs/retrieval.md, StreamKV): the retrieval count is the buffer's (|M| - |C|) / frame, the same
-    in every layer (upstream's layer-adaptive counts, from a first question pass, give layers up to 1.5x the mean;
-    the harness's answer reads one length in every layer); merged frames are averaged as KV (pre-RoPE keys and
+    Departures (docs/retrieval.md, StreamKV): ``retrieve_temp`` is 0 by default (every layer reads the buffer's
+    (|M| - |C|) / frame frames: the spec's option for a strict per-layer |M|); the adaptive counts sum to exactly
+    L R (upstream's rescale does not keep the sum), so a layer may read up to 1.5x the buffer while the
+    accelerator holds the same bytes; they come from the same question pass the blocks are picked with (upstream
+    runs the question twice, its second pass reading the first's retrieval), and a layer that reads fewer frames
+    reads them right-aligned before the question (upstream re-rotates each layer's blocks to follow the prefix,
+    so the question's position differs per layer; here it is shared and the distances from the question to the
+    retrieved blocks are upstream's); merged frames are averaged as KV (pre-RoPE keys and
     values, at the first frame's positions: the stream is prefilled as it arrives) rather than as input features
     before the prefill; the summary and guidance prompt read the prefix and window (upstream: the segment); the
     summary takes its segment's last frame's positions (upstream: after it, shifting later frames); the open
@@ -199,6 +217,7 @@ class StreamKV(RetrievalPolicy):
         compression_ratio: rho, the share of a segment's frames the host keeps per layer on average (0.6; 1: off).
         compress_temp: the spread of the per-layer counts around rho * F (1).
         budget_mode: ``upstream`` (rescale_sum_match) or ``strict`` (the same ranking, int(L * F * rho) exactly).
+        retrieve_temp: the spread of the per-layer retrieval counts around R (upstream 0.5; 0: every layer R).
         retrieve_local: the newest candidate blocks every question reads (upstream 8 of 64; 0: none).
         guidance: the guidance prompt (upstream's encode_prompt).
         include_window / positions: as ReKV's.
@@ -216,6 +235,7 @@ class StreamKV(RetrievalPolicy):
     compression_ratio: float = 0.6
     compress_temp: float = 1.0
     budget_mode: str = "upstream"
+    retrieve_temp: float = 0.0
     retrieve_local: int = 0
     guidance: str = GUIDANCE
     include_window: bool = False
@@ -234,6 +254,7 @@ class StreamKV(RetrievalPolicy):
         check_range("compression_ratio", self.compression_ratio, 0.0, 1.0, low_open=True)
         check_range("compress_temp", self.compress_temp, 0.0, 1.0)
         check_choice("budget_mode", self.budget_mode, BUDGET_MODES)
+        check_range("retrieve_temp", self.retrieve_temp, 0.0, 1.0)
         if self.retrieve_local < 0:
             raise ValueError(f"retrieve_local={self.retrieve_local} must be >= 0 (upstream 8; 0: none forced)")
         if not self.guidance.strip():
@@ -271,6 +292,22 @@ class StreamKV(RetrievalPolicy):
         low = max(1, int(share * (1 - self.compress_temp)))
         high = min(n_frames, int(share * (1 + self.compress_temp)))
         return [max(1, n) for n in rescale_sum_match(counts, low, high)]
+
+    def retrieval_counts(self, scores: list[torch.Tensor], counts: list[int]) -> list[int]:
+        """Frames each layer retrieves (the two-pass question's counts, ``retrieval_nums``): ``scores[l]`` are a
+        layer's block scores (the question's mean pre-RoPE query dotted with each candidate block's row),
+        ``counts[l]`` what it reads without adaptation (R, or fewer where fewer blocks are candidates). With
+        ``retrieve_temp`` 0: ``counts``. Otherwise obtain_cdf_num at the total, min-max stretched into
+        [max(1, int(R (1 - temp))), min(int(R (1 + temp)), 128)] as upstream, then :func:`apportion`-ed to exactly
+        the same total, no layer past its candidates."""
+        if not self.retrieve_temp or len(counts) < 2:
+            return list(counts)
+        total, most = sum(counts), max(counts)
+        low = max(1, int(most * (1 - self.retrieve_temp)))
+        high = min(int(most * (1 + self.retrieve_temp)), 128)
+        caps = [min(high, score.numel()) for score in scores]
+        weights = stretch(obtain_cdf_num(scores, total), low, high)
+        return apportion(weights.tolist(), total, min([low, *caps]), caps)
 
     def guidance_scores(self, queries: torch.Tensor, block_keys: torch.Tensor) -> torch.Tensor:
         """``[F]``: each frame block's mean pre-RoPE key ``block_keys [F, H_kv * D]`` dotted with the guidance

@@ -51,6 +51,10 @@ class StoreLayer(CacheLayerMixin):
         self.tail: tuple[torch.Tensor, torch.Tensor] | None = None
         # H1: what a transient forward reads before its own tokens instead of the store (a retrieval method's view)
         self.view: tuple[Parts, Parts] | None = None
+        # Tokens this layer's view reads fewer than the longest layer's (a view of per-layer lengths): the layer
+        # reports the longest length, so one mask fits every layer, and :func:`right_align_mask` cuts it to this
+        # layer's.
+        self.shortfall = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device, self.dtype = key_states.device, key_states.dtype
@@ -80,15 +84,38 @@ class StoreLayer(CacheLayerMixin):
         keys, values = joined(keys, self.tail[0], self.dtype), joined(values, self.tail[1], self.dtype)
         return keys.unsqueeze(0).to(self.dtype), values.unsqueeze(0).to(self.dtype)
 
+    def read_length(self) -> int:
+        """Tokens a forward reads before its own: the store's, or the view's."""
+        return len(self.store) if self.view is None else sum(p.shape[1] for p in self.view[0])
+
     def get_seq_length(self) -> int:
-        before = len(self.store) if self.view is None else sum(p.shape[1] for p in self.view[0])
-        return before + (0 if self.tail is None else self.tail[0].shape[1])
+        """The longest layer's length (transformers sizes the one mask of a forward, and its cache positions, from
+        it): :attr:`shortfall` more than this layer reads."""
+        return self.read_length() + self.shortfall + (0 if self.tail is None else self.tail[0].shape[1])
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.get_seq_length() + query_length, 0
 
     def get_max_length(self) -> int:
         return -1
+
+
+def right_align_mask(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """Forward pre-hook of a decoder layer's attention module (``layer_idx``): under a view whose layers read
+    different lengths, the forward's one mask is sized for the longest layer; this layer's keys are its own tokens
+    then the forward's, so only the mask's last columns are its (the causal part is last, whatever the layer's
+    length). Neither sdpa nor eager attention slices a mask wider than the keys, and flash attention, given no mask,
+    aligns causality to the newest key already. Otherwise (and when applied twice) a no-op."""
+    cache, mask = kwargs.get("cache"), kwargs.get("attention_mask")
+    if mask is None or not isinstance(cache, StreamCache):
+        return None
+    layer = cache.layers[module.layer_idx]
+    if not layer.shortfall:
+        return None
+    width = layer.get_seq_length() - layer.shortfall + kwargs["hidden_states"].shape[1]
+    if mask.shape[-1] <= width:
+        return None
+    return args, {**kwargs, "attention_mask": mask[..., -width:]}
 
 
 class StreamCache(Cache):
@@ -112,8 +139,9 @@ class StreamCache(Cache):
 
         ``view``: per layer, the keys and the values the block's forwards read before their own tokens, instead of
         the store, each as runs ``[H, N_i, D]`` read in order (a retrieval method's [prefix | retrieved | window]:
-        runs of the stored tensors are read in place, not copied; a single tensor is one run); the same total in
-        every layer. The stores are not touched either way."""
+        runs of the stored tensors are read in place, not copied; a single tensor is one run). The totals may differ
+        between layers (StreamKV's layer-adaptive retrieval): each layer then reads its own tokens, right-aligned
+        against the longest (:func:`right_align_mask`). The stores are not touched either way."""
         if view is not None and len(view) != len(self.layers):
             raise ValueError(f"a view of {len(view)} layers for a cache of {len(self.layers)}")
         for i, layer in enumerate(self.layers):
@@ -121,11 +149,14 @@ class StreamCache(Cache):
             layer.view = (
                 None if view is None else tuple(runs if isinstance(runs, tuple) else (runs,) for runs in view[i])
             )
+        longest = max(layer.read_length() for layer in self.layers)
+        for layer in self.layers:
+            layer.shortfall = longest - layer.read_length()
         try:
             yield
         finally:
             for layer in self.layers:
-                layer.transient, layer.tail, layer.view = False, None, None
+                layer.transient, layer.tail, layer.view, layer.shortfall = False, None, None, 0
 
     def committed_length(self) -> int:
         return len(self.layers[0].store)

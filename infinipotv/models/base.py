@@ -74,6 +74,12 @@ class ModelAdapter(ABC):
         self.cfg = cfg
         self.model = model.eval()
         self.tokenizer = tokenizer
+        from infinipotv.kv.cache import right_align_mask  # transformers' cache code: not needed to check a config
+
+        for attention in self.attention_layers():  # views of per-layer lengths (StreamKV's adaptive retrieval)
+            if not getattr(attention, "right_aligns_masks", False):  # one hook per module, however many adapters
+                attention.register_forward_pre_hook(right_align_mask, with_kwargs=True)
+                attention.right_aligns_masks = True
 
     @classmethod
     @abstractmethod

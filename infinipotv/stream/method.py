@@ -43,10 +43,10 @@ from infinipotv.stream.video_state import VideoState
 class View:
     """What a question's prompt and answer read before their own tokens, per layer: ``layers[i]`` = the keys and
     the values as runs ``[H, N_i, D]`` on the accelerator, read in order (the stored prefix, then retrieved blocks,
-    the window...; a run of the stored tensors is read in place), instead of what the store holds; the same total in
-    every layer; None: what the stores read (a view that only places the question). ``start``: the position of the
-    question's first token. ``nbytes``: the accelerator bytes the view's own tensors occupy (a retrieval buffer),
-    counted in the answer's memory.
+    the window...; a run of the stored tensors is read in place), instead of what the store holds (the totals may
+    differ between layers: StreamKV's layer-adaptive retrieval); None: what the stores read (a view that only
+    places the question). ``start``: the position of the question's first token. ``nbytes``: the accelerator
+    bytes the view's own tensors occupy (a retrieval buffer), counted in the answer's memory.
     ``tail_placed``: the method's :meth:`StreamingMethod.before_prefill` already put the frames since the last
     boundary where they follow the view (StreamingVLM's shrink); otherwise the session shifts them by ``start``
     less the position they were encoded for. ``ids``: per layer the stream ids of the tokens it reads, in order

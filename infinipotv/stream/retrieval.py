@@ -144,24 +144,32 @@ class Retrieval(StreamingMethod):
 
     def retrieved(self, video: VideoState, queries: list[torch.Tensor]) -> View:
         """The view of [prefix | the blocks each layer's pre-RoPE ``queries [H_q, N, D]`` pick | window if
-        included], the blocks copied to the accelerator and re-rotated where the rule and the model allow."""
+        included], the blocks copied to the accelerator and re-rotated where the rule and the model allow. Layers
+        that read fewer tokens than the longest (:meth:`counts`) read them right-aligned before the question."""
         a, cache, p = self.adapter, video.cache, video.prefix_len
         contiguous = self.rule.positions == "contiguous" and a.contiguous_positions
         block = self.block(video.grid[0] * video.grid[1])
-        layers, ids, nbytes, length = [], [], 0, 0
-        for layer, (store, host) in enumerate(zip(cache.stores, video.host)):
-            got = host.take(self._picked(video, store, host, queries[layer], block))
+        candidates = [self._candidates(video, store, host, block) for store, host in zip(cache.stores, video.host)]
+        counts = self.counts(queries, candidates)
+        got = [
+            host.take(self._picked(host, q, rows, n, block))
+            for host, q, (rows, _), n in zip(video.host, queries, candidates, counts)
+        ]
+        window = cache.stores[0].read()[0].shape[1] - p if self.rule.include_window else 0
+        longest = max(g.keys.shape[1] for g in got) + window
+        layers, ids, nbytes = [], [], 0
+        for layer, (store, picked) in enumerate(zip(cache.stores, got)):
             stored_k, stored_v = store.read()
             stored_ids = store.token_ids()[0]
-            read = (stored_ids[:p], got.ids.to(stored_ids), *([stored_ids[p:]] if self.rule.include_window else []))
+            read = (stored_ids[:p], picked.ids.to(stored_ids), *([stored_ids[p:]] if self.rule.include_window else []))
             ids.append(torch.cat(read))
-            keys, values = got.keys.to(stored_k.dtype), got.values.to(stored_v.dtype)
+            keys, values = picked.keys.to(stored_k.dtype), picked.values.to(stored_v.dtype)
             nbytes += keys.nbytes + values.nbytes  # the retrieval buffer: the view's own tensors
             window_k, window_v = stored_k[:, p:], stored_v[:, p:]  # read in place
-            length = keys.shape[1] + (window_k.shape[1] if self.rule.include_window else 0)
             if contiguous:
-                new = a.text_positions(video.video_start, length)
-                keys = a.rerotate(keys, got.positions.long(), new[:, : keys.shape[1]])
+                length = keys.shape[1] + window
+                new = a.text_positions(video.video_start + longest - length, length)
+                keys = a.rerotate(keys, picked.positions.long(), new[:, : keys.shape[1]])
                 if self.rule.include_window:  # moved keys are new tensors: counted
                     window_k = a.rerotate(window_k, video.state[WINDOW_POSITIONS], new[:, keys.shape[1] :])
                     nbytes += window_k.nbytes
@@ -169,18 +177,24 @@ class Retrieval(StreamingMethod):
             if self.rule.include_window:
                 parts_k, parts_v = (*parts_k, window_k), (*parts_v, window_v)
             layers.append((parts_k, parts_v))
-        start = video.video_start + length if contiguous else video.next_position
+        start = video.video_start + longest if contiguous else video.next_position
         return View(layers=layers, start=start, nbytes=nbytes, ids=ids)
 
-    def _picked(self, video: VideoState, store, host: HostStore, queries: torch.Tensor, block: int) -> torch.Tensor:
-        """Ascending indices into ``host`` of the tokens of the blocks the question picks in one layer. Only whole
-        blocks are candidates; with the window in the context, a block any of whose tokens the window holds is not
-        one (each layer then reads the same number of tokens)."""
+    def counts(self, queries: list[torch.Tensor], candidates: list[tuple[torch.Tensor, int]]) -> list[int]:
+        """Blocks each layer reads, from its pre-RoPE ``queries`` and its ``(rows, n_select)`` candidates: the
+        buffer's, the same in every layer (a rule whose layers spend it unevenly, StreamKV's, overrides this)."""
+        return [n for _, n in candidates]
+
+    def _candidates(self, video: VideoState, store, host: HostStore, block: int) -> tuple[torch.Tensor, int]:
+        """One layer's candidate block rows and how many of them fit the buffer. Only whole blocks are candidates;
+        with the window in the context, a block any of whose tokens the window holds is not one (each layer then
+        reads the same number of tokens)."""
         if self.rule.cache_block_keys:
             rows, ids = host.block_keys(), None
         else:
             # Scored on the accelerator, as compaction is: one layer's offloaded keys cross at a time (a CPU: no copy).
-            keys, positions = host.stored("keys").to(queries.device), host.stored("positions").to(queries.device)
+            device = self.adapter.device
+            keys, positions = host.stored("keys").to(device), host.stored("positions").to(device)
             pre_rope = self.adapter.rerotate(keys, positions, torch.zeros_like(positions))
             rows, ids = self.rule.block_keys(pre_rope, block), host.stored("ids")
         n_blocks = len(host) // block
@@ -191,7 +205,12 @@ class Retrieval(StreamingMethod):
             last_ids = ids[: n_blocks * block].view(n_blocks, block).max(dim=1).values
             n_blocks = int((last_ids < first_window_id).sum())  # blocks are in time order: a prefix of them
             rows = rows[:n_blocks]
-        n_select = self.rule.blocks_to_retrieve(n_blocks, self.buffer, block)
+        return rows, self.rule.blocks_to_retrieve(n_blocks, self.buffer, block)
+
+    def _picked(
+        self, host: HostStore, queries: torch.Tensor, rows: torch.Tensor, n_select: int, block: int
+    ) -> torch.Tensor:
+        """Ascending indices into ``host`` of the tokens of the ``n_select`` blocks one layer reads."""
         if n_select < 1:
             return torch.empty(0, dtype=torch.long)
         picked = self.select(host, queries, rows, n_select, block).to("cpu")

@@ -13,6 +13,9 @@ after each chunk, frame by frame, the semantic segmentation of :class:`~infinipo
   the prompt scores the segment's frame blocks per layer, each layer keeps its ``reserved`` top frames of the
   segment, and the summary is put after them, never evicted.
 
+At a question, with ``retrieve_temp`` > 0, each layer reads its own number of frames (the rule's layer-adaptive
+counts, summing to the buffer's frames times the layers), right-aligned before the question.
+
 Accelerator memory is ReKV's: |C| window tokens while streaming (a close's forward is transient, as a question's:
 the summary and prompt tokens are not stored there) and |M| at an answer. The host holds the kept frames and
 summaries of every layer, plus the open segment's input embeddings (at most ``max_segment_size`` frames, for its
@@ -75,6 +78,15 @@ class StreamKVMethod(Retrieval):
         super().start(video)
         r = self.rule
         video.state[SEGMENT] = OpenSegment(Segmenter(r.min_segment_size, r.max_segment_size, r.segment_theta))
+
+    def counts(self, queries: list[torch.Tensor], candidates: list[tuple[torch.Tensor, int]]) -> list[int]:
+        """The layer-adaptive counts (:meth:`StreamKV.retrieval_counts`) from each layer's question scores over all
+        its candidate blocks (upstream's first question pass), summing to what every layer reading the buffer
+        would: the accelerator holds the same bytes."""
+        if not self.rule.retrieve_temp:
+            return super().counts(queries, candidates)
+        scores = [self.rule.guidance_scores(q, rows) for q, (rows, _) in zip(queries, candidates)]
+        return self.rule.retrieval_counts(scores, super().counts(queries, candidates))
 
     def host_bytes(self, video: VideoState) -> int:
         return super().host_bytes(video) + sum(e.nbytes for e in video.state[SEGMENT].embeds)

@@ -74,10 +74,26 @@ def test_t2b_retrieval_counts():
     assert rescale_sum_match(counts, max(4 * 0.5, 1), min(4 * 1.5, 128)) == [2, 6, 2]
 
 
+def test_t2b_layer_adaptive_counts_keep_the_upstream_spread_and_the_total():
+    """The spec's T2b through the rule: cdf [3, 4, 3], stretched into [2, 6] as upstream ([2, 6, 2], 10 frames of
+    12), then apportioned to exactly L R = 12; temp 0 gives every layer R; no layer past its candidates."""
+    scores = [
+        torch.tensor([9.0] + [1.0] * 11),
+        torch.tensor([5.0, 4, 3, 2, 1] + [0.0] * 7),
+        torch.tensor([1.0] * 11 + [2.0]),
+    ]
+    assert build("streamkv", retrieve_temp=0.5).retrieval_counts(scores, [4, 4, 4]) == [3, 6, 3]
+    assert build("streamkv").retrieval_counts(scores, [4, 4, 4]) == [4, 4, 4]
+    few = [scores[0], scores[1][:3], scores[2]]  # layer 1 holds 3 candidate frames: the rest go elsewhere
+    counts = build("streamkv", retrieve_temp=0.5).retrieval_counts(few, [4, 3, 4])
+    assert sum(counts) == 11 and counts[1] <= 3 and all(2 <= n <= 6 for n in counts)
+
+
 def test_apportion_is_exact_bounded_and_proportional():
     assert apportion([10, 12, 10], 30, 1, 20) == [10, 11, 9]  # 9.375, 11.25, 9.375 by largest remainder
     assert apportion([1, 1, 100], 30, 2, 12) == [9, 9, 12]  # the cap moves the rest to the others
     assert sum(apportion([3, 9, 3], 18, 1, 12)) == 18
+    assert apportion([2, 6, 2], 12, 2, [6, 3, 6]) == [5, 3, 4]  # per-layer caps
 
 
 def rekv_local_transcription(queries, pre_rope_keys, block, n_select, local):
@@ -113,6 +129,7 @@ def test_t4_retrieval_forces_the_newest_blocks_and_ranks_the_rest():
         ("compression_ratio", 0.0, "compression_ratio"),
         ("budget_mode", "loose", "budget_mode"),
         ("retrieve_local", -1, "retrieve_local=-1"),
+        ("retrieve_temp", 1.5, "retrieve_temp=1.5"),
     ],
 )
 def test_bad_knobs_are_refused_in_one_line(knob, value, message):

@@ -64,8 +64,8 @@ def test_every_sweep_composes_and_passes_the_sweep_check(
 
 def test_the_test_runs_fill_every_row_once() -> None:
     """Seed 0 at every budget: each method at its upstream split, the tuned method again, InfiniPot-V in INT4 at
-    equal bytes, the full cache; StreamingTOM at |M| = 576's bytes; seed 1 at |M| = 144 the same; nothing else
-    reaches a table."""
+    equal bytes, the full cache, StreamKV with layer-adaptive retrieval; StreamingTOM at |M| = 576's bytes; seed 1
+    at |M| = 144 the same; nothing else reaches a table."""
     _, spec = load_experiment(ROOT / "experiments" / "fair_peers.yaml")
     methods = [m for m in spec.tables[0].rows.order["policy"] if m != "full"]
     filled: Counter = Counter()
@@ -82,6 +82,7 @@ def test_the_test_runs_fill_every_row_once() -> None:
         want[(table, TUNED, "tuned", "fp16")] = 1
         want[(table, "full", "upstream", "fp16")] = 1
         want[(table, "tar_van_pool", "upstream", "int4")] = 1
+        want[(table, "streamkv", "adaptive", "fp16")] = 1
     want[("m576", "streamingtom", "equal_bytes", "fp16")] = 1
     assert dict(filled) == dict(want)
 

@@ -93,7 +93,9 @@ def test_a_videos_short_last_chunk_is_offloaded_and_answered():
     host = session.video.host[0]
     assert len(host) == 23 * 16 and len(host.block_keys()) == 12  # 11 whole blocks and the last frame's half block
     queries = torch.randn(adapter.text_config.num_attention_heads, 3, adapter.head_dim)
-    picked = session.method._picked(session.video, session.video.cache.stores[0], host, queries, 32)
+    rows, n_select = session.method._candidates(session.video, session.video.cache.stores[0], host, 32)
+    assert len(rows) == 11
+    picked = session.method._picked(host, queries, rows, n_select, 32)
     assert len(picked) and int(picked.max()) < 22 * 16  # whole blocks only
     assert session.ask(PROMPT, max_new_tokens=2).tokens is not None
     short = streamed(adapter, "rekv", frames(3), block_frames=2)

@@ -130,3 +130,35 @@ def test_the_cached_block_rows_are_the_mean_pre_rope_keys_of_what_the_host_holds
         keys, positions = host.stored("keys"), host.stored("positions")
         pre_rope = adapter.rerotate(keys, positions, torch.zeros_like(positions))
         torch.testing.assert_close(host.block_keys(), block_means(pre_rope, per_frame), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_layer_adaptive_counts_read_uneven_frames_at_the_same_bytes(family, monkeypatch):
+    """retrieve_temp > 0: the layers read different numbers of frames, right-aligned before one shared question
+    position, and the answer holds the bytes every layer reading the buffer holds; the memory is unchanged after it.
+    Counts from the real scores keep the total too."""
+    adapter = tiny_adapter(family)
+    video = scenes(adapter, [5, 3, 6, 4])
+    fixed = streamed(adapter, video, **CUT, compression_ratio=1)
+    adaptive = streamed(adapter, video, **CUT, compression_ratio=1, retrieve_temp=0.5)
+    ids = adapter.question_ids(PROMPT)
+    even = fixed.method.view(fixed.video, ids)
+    per_frame = fixed.video.grid[0] * fixed.video.grid[1]
+    frames = (BUDGET - compressed_size(BUDGET, C_RATIO)) // per_frame
+    assert adapter.n_layers == 2 and frames >= 2
+    real = adaptive.ask(PROMPT, max_new_tokens=3)
+    assert real.accelerator_bytes == fixed.ask(PROMPT, max_new_tokens=3).accelerator_bytes
+    uneven = [frames + 1, frames - 1]
+    monkeypatch.setattr(StreamKV, "retrieval_counts", lambda self, scores, counts: uneven)
+    view = adaptive.method.view(adaptive.video, ids)
+    lengths = [sum(run.shape[1] for run in keys) for keys, _ in view.layers]
+    prefix = adaptive.video.prefix_len
+    assert lengths == [prefix + n * per_frame for n in uneven]
+    assert view.nbytes == even.nbytes
+    # Re-rotated (1-D RoPE): the question follows the longest layer's frames; kept positions (M-RoPE): unchanged.
+    assert view.start == even.start + (per_frame if adapter.contiguous_positions else 0)
+    before = snapshot(adaptive)
+    first = adaptive.ask(PROMPT, max_new_tokens=3)
+    assert all(torch.equal(a, b) for a, b in zip(before, snapshot(adaptive)))
+    assert first.accelerator_bytes == real.accelerator_bytes
+    assert adaptive.ask(PROMPT, max_new_tokens=3).tokens == first.tokens
