@@ -151,14 +151,15 @@ class Retrieval(StreamingMethod):
         block = self.block(video.grid[0] * video.grid[1])
         candidates = [self._candidates(video, store, host, block) for store, host in zip(cache.stores, video.host)]
         counts = self.counts(queries, candidates)
-        got = [
-            host.take(self._picked(host, q, rows, n, block))
+        tokens = [
+            self._picked(host, q, rows, n, block)
             for host, q, (rows, _), n in zip(video.host, queries, candidates, counts)
         ]
         window = cache.stores[0].read()[0].shape[1] - p if self.rule.include_window else 0
-        longest = max(g.keys.shape[1] for g in got) + window
+        longest = max(len(t) for t in tokens) + window
         layers, ids, nbytes = [], [], 0
-        for layer, (store, picked) in enumerate(zip(cache.stores, got)):
+        for store, host, picks in zip(cache.stores, video.host, tokens):
+            picked = host.take(picks)  # one layer's copy on the accelerator at a time, before its view tensors
             stored_k, stored_v = store.read()
             stored_ids = store.token_ids()[0]
             read = (stored_ids[:p], picked.ids.to(stored_ids), *([stored_ids[p:]] if self.rule.include_window else []))

@@ -158,7 +158,6 @@ def test_each_layer_reads_the_blocks_its_rule_picks_from_the_whole_host_store(mo
     v = session.video
     block = v.grid[0] * v.grid[1]
     n_select = (BUDGET - compressed_size(BUDGET, C_RATIO)) // block
-    per_layer = len(picked) // adapter.n_layers
     for layer, host in enumerate(v.host):
         everything = host.all()
         positions = everything.positions.long()
@@ -168,5 +167,5 @@ def test_each_layer_reads_the_blocks_its_rule_picks_from_the_whole_host_store(mo
         rows = everything.block_keys[: t // block]
         q = kv_queries(queries[0][layer], h)
         expected = coarse_to_fine(q, rows, n_select, lambda c: [per_block[c]], prefilter=3)
-        got = picked[(layer + 1) * per_layer - 1]  # the view's take comes after the layer's fine-score fetches
+        got = picked[len(picked) - adapter.n_layers + layer]  # the view's takes, a layer each, after every pick
         assert sorted({int(i) // block for i in got}) == expected.tolist(), layer
