@@ -155,7 +155,7 @@ class Retrieval(StreamingMethod):
             self._picked(host, q, rows, n, block)
             for host, q, (rows, _), n in zip(video.host, queries, candidates, counts)
         ]
-        window = cache.stores[0].read()[0].shape[1] - p if self.rule.include_window else 0
+        window = len(cache.stores[0]) - p if self.rule.include_window else 0  # its length, not a decoded read
         longest = max(len(t) for t in tokens) + window
         layers, ids, nbytes = [], [], 0
         for store, host, picks in zip(cache.stores, video.host, tokens):

@@ -83,10 +83,11 @@ class StreamKVMethod(Retrieval):
         """The layer-adaptive counts (:meth:`StreamKV.retrieval_counts`) from each layer's question scores over all
         its candidate blocks (upstream's first question pass), summing to what every layer reading the buffer
         would: the accelerator holds the same bytes."""
+        counts = super().counts(queries, candidates)
         if not self.rule.retrieve_temp:
-            return super().counts(queries, candidates)
+            return counts
         scores = [self.rule.guidance_scores(q, rows) for q, (rows, _) in zip(queries, candidates)]
-        return self.rule.retrieval_counts(scores, super().counts(queries, candidates))
+        return self.rule.retrieval_counts(scores, counts)
 
     def host_bytes(self, video: VideoState) -> int:
         return super().host_bytes(video) + sum(e.nbytes for e in video.state[SEGMENT].embeds)
