@@ -123,7 +123,7 @@ def measure(cfg: RunConfig, n_frames: int | None) -> dict[str, Any]:
             if evidence is None:
                 continue
             ranks.needle, ranks.rows = range(*evidence), []
-            session.ask(q.prompt, 1, evidence=evidence)  # one token: the retrieval is what is measured
+            session.ask(q.prompt, 1, evidence=evidence, question=q.text)  # one token: the retrieval is measured
             if ranks.rows:
                 per_question.append(ranks.rows)
     return summarize(per_question)

@@ -220,7 +220,7 @@ def _stream(
             try:
                 evidence = evidence_frames(q, frames.times)
                 answer = session.ask(
-                    q.prompt, cfg.eval.max_new_tokens or q.max_new_tokens, tail, frames.fps, q.stop, evidence
+                    q.prompt, cfg.eval.max_new_tokens or q.max_new_tokens, tail, frames.fps, q.stop, evidence, q.text
                 )
                 record = _record(bench, sample, q, answer, None, seen)
                 if ttft is not None:  # a time, not a result: in metrics.json, so predictions stay byte-identical

@@ -62,6 +62,11 @@ def plain(value: Any) -> Any:
     return value
 
 
+#: The text a retrieval forward reads (a retrieving policy's ``query`` knob; :class:`infinipotv.stream.method.Asked`):
+#: the question's own text (no options, template or answer cue), or the answer's whole prompt.
+QUERIES = ("question", "prompt")
+
+
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name}={value!r} is unknown; use one of {', '.join(choices)}")

@@ -50,7 +50,9 @@ class LiveVLM(RetrievalPolicy):
     ``sink_ratio`` of the capacity by S are kept first, then the rest by descending S while their bucket has room
     (and, where B does not divide the capacity, the best of the others fill it: :func:`vsb_keep`).
     At a question (page retrieval, PaR) the long-term memory is split into pages of ``page_tokens``, RoPE is
-    stripped from its keys to score them (page key = mean, against the question's mean pre-RoPE query), the top
+    stripped from its keys to score them (page key = mean, against the mean pre-RoPE query of a forward of the
+    question's own text: ``query``, a declared choice, since no code says what the paper's "question" holds; ReKV,
+    the framework it is measured against, reads the bare question), the top
     ``page_ratio`` of the pages are copied back, and the answer reads [prefix | retrieved pages | short-term].
 
     Unstated in the paper, chosen here and made knobs (docs/extending.md): r (``r_frames``: the newest frame), R
@@ -69,6 +71,7 @@ class LiveVLM(RetrievalPolicy):
         offload: the long-term memory in host memory (false: on the accelerator, as the paper).
         include_window: the short-term memory joins the answer's context (the paper: it does).
         positions: ``original`` (RoPE restored where it was) or ``contiguous``.
+        query: the text the retrieval forward reads: ``question`` (declared) or ``prompt`` (the whole prompt).
     """
 
     offload_on_arrival: ClassVar[bool] = False
@@ -87,6 +90,7 @@ class LiveVLM(RetrievalPolicy):
     offload: bool = True
     include_window: bool = True
     positions: str = "original"
+    query: str = "question"
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import Policy, check_choice, check_range, register
+from .base import QUERIES, Policy, check_choice, check_range, register
 from .retrieval import POSITIONS
 
 GRAINS = ("patch", "frame", "segment")  # fine, medium, coarse: upstream's 49, 196, 784 tokens of 196-token frames
@@ -117,7 +117,9 @@ class MuKV(Policy):
     touched). In each block the tokens are scored by ``alpha * minmax(attention received in the last layer) +
     (1 - alpha) * (high-pass FFT of the last layer's keys)``, ``max(1, int(g * keep))`` of them are kept in every
     layer, and they go to the host with the block's representative (the mean last-layer key of the kept tokens). At
-    a question, the bare question prefilled over the prefix gives the last-layer key of its last token; per
+    a question, the question's own text prefilled over the prefix gives the last-layer key of its last token
+    (``query``: upstream tokenizes ``input_text['question']`` alone, ``model/mukv_rerank.py:173-195``, no
+    options, template or answer cue); per
     granularity the ``2 * k`` blocks whose representatives are closest (cosine) are the candidates, patch and frame
     candidates are reranked against the mean representative of the ``top_n`` best segment candidates, the top
     ``k`` of each are copied back, and the prompt and answer read [prefix | patch blocks | frame blocks | segment
@@ -145,6 +147,8 @@ class MuKV(Policy):
         rerank_patch, rerank_frame: the context's weight in a candidate's score (0.3 / 0.3).
         top_n: segment candidates averaged into the context (5).
         positions: ``original`` (upstream) or ``contiguous``.
+        query: the text prefilled for the query key: ``question`` (upstream) or ``prompt`` (the answer's whole
+            prompt, cue included: an ablation; its last token is then the cue's last word).
     """
 
     streaming = "mukv"
@@ -165,10 +169,12 @@ class MuKV(Policy):
     rerank_frame: float = 0.3
     top_n: int = 5
     positions: str = "original"
+    query: str = "question"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("positions", self.positions, POSITIONS)
+        check_choice("query", self.query, QUERIES)
         for grain in GRAINS:
             check_range(f"keep_{grain}", getattr(self, f"keep_{grain}"), 0.0, 1.0, low_open=True)
             check_range(f"alpha_{grain}", getattr(self, f"alpha_{grain}"), 0.0, 1.0)

@@ -20,7 +20,9 @@ class ReKV(RetrievalPolicy):
     While the video streams the cache keeps the system prefix and a local window of the newest |C| = c_ratio * |M|
     video tokens; every block of ``block_frames`` frames is offloaded to host memory as it completes, with its
     representative key (the mean of its pre-RoPE keys, heads concatenated: ``kv_cache_manager.py:L600-608``). At a
-    question, a retrieval forward of the bare question captures each layer's queries; per layer the score of block b
+    question, a retrieval forward of the question's own text (``query``: upstream tokenizes
+    ``input_text['question']`` alone, ``model/llava_onevision_rekv.py:45``, "Only input the question to perform
+    retrieval": no options, template or answer cue) captures each layer's queries; per layer the score of block b
     is the unnormalized dot product ``q̄ · rep_b`` of the question's mean query with the representative
     (``L172-180``, ``L448``; named cosine upstream, not normalized), the top blocks that fit the retrieval buffer
     (|M| - |C| tokens) are copied back, sorted by time (``L459``), and re-rotated to contiguous positions after the
@@ -39,6 +41,8 @@ class ReKV(RetrievalPolicy):
         block_frames: frames per offloaded block (upstream: 1 frame of 196 tokens).
         include_window: the local window joins the answer's context after the retrieved blocks.
         positions: ``contiguous`` (re-rotated after the prefix, upstream) or ``original``.
+        query: the text the retrieval forward reads: ``question`` (upstream) or ``prompt`` (the answer's whole
+            prompt, its answer cue included: an ablation, a lookup key where the cue repeats the evidence).
     """
 
     # Upstream's split (video_qa/base.py:L189-191): a window of n_local = 15,000 tokens beside retrieve_size = 64
@@ -48,6 +52,7 @@ class ReKV(RetrievalPolicy):
     block_frames: int = 1
     include_window: bool = False
     positions: str = "contiguous"
+    query: str = "question"
 
     def __post_init__(self) -> None:
         super().__post_init__()

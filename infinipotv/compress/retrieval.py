@@ -25,7 +25,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import Policy, check_choice
+from .base import QUERIES, Policy, check_choice
 from .layout import FrameLayout
 
 POSITIONS = ("contiguous", "original")
@@ -67,13 +67,16 @@ class RetrievalPolicy(Policy):
     #: The knob that sizes a retrieval block, named when a block cannot fit the buffer (None: a block is a frame).
     block_knob: ClassVar[str | None] = "block_frames"
 
-    # Every subclass declares these two knobs (dataclass fields cannot follow defaults across a base):
+    # Every subclass declares these knobs (dataclass fields cannot follow defaults across a base):
     #   include_window: the window's tokens join the answer's context (after the retrieved ones)
     #   positions: "contiguous" (retrieved, then window, re-rotated to follow the prefix) or "original"
+    #   query: the text the retrieval forward reads, "question" or "prompt" (QUERIES), its upstream's by default
+    #          (a knob, or a class constant where the upstream offers no other)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("positions", self.positions, POSITIONS)
+        check_choice("query", self.query, QUERIES)
 
     def block_tokens(self, tokens_per_frame: int) -> int:
         """Tokens per retrieval block (a frame for ReKV, a page for LiveVLM)."""
@@ -105,7 +108,7 @@ class RetrievalPolicy(Policy):
 
     def select(self, queries: torch.Tensor, block_keys: torch.Tensor, n_select: int) -> torch.Tensor:
         """Ascending indices ``[n_select]`` of the blocks a question reads. ``queries``: ``[H_q, N, D]`` pre-RoPE, of
-        the bare question (one layer); ``block_keys``: ``[B, H_kv * D]``."""
+        the retrieval forward (one layer: the text ``query`` names); ``block_keys``: ``[B, H_kv * D]``."""
         raise NotImplementedError
 
     def compact(self, keys: torch.Tensor, queries: torch.Tensor, n_keep: int, tokens_per_frame: int) -> torch.Tensor:

@@ -26,7 +26,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from .base import Policy, check_range, register
+from .base import QUERIES, Policy, check_choice, check_range, register
 from .layout import FrameLayout
 
 UPSTREAM_WINDOW = 4800  # the newest tokens a batch's prefill attends, dequantized (README env table)
@@ -180,8 +180,9 @@ class StreamingTOM(Policy):
     previous frame's token at the same place above ``tau``, merged by density-peak clustering; dynamic ones by
     saliency). After it, OQM (:class:`infinipotv.kv.oqm.OQMStore`) stores every kept token as 4-bit codes in groups
     of one frame (G = ``retain``) with one full-precision mean pre-RoPE key per group; chunks are prefilled over
-    the prefix and the newest ``window`` tokens dequantized. At a question, a transient forward of the bare question
-    gives each layer's mean query; the groups whose keys are closest in cosine, up to |M| tokens, are dequantized
+    the prefix and the newest ``window`` tokens dequantized. At a question, a transient forward of the question's own
+    text (``query``; upstream's ``tasks/query.py`` re-tokenizes the bare question for its retrieval pass) gives each
+    layer's mean query; the groups whose keys are closest in cosine, up to |M| tokens, are dequantized
     and the prompt reads [prefix | those groups] (:func:`infinipotv.kv.oqm.top_groups`). Query-agnostic while the
     video streams, query-aware at the answer. The memory grows with the stream (~3.3x smaller than fp16 per token):
     every byte is counted, on the accelerator, as upstream keeps it.
@@ -206,6 +207,7 @@ class StreamingTOM(Policy):
         window: tokens of the newest memory a chunk's prefill attends, dequantized (None: upstream's share of
             |M|, ``round(|M| * 4800 / 12544)``: its 4,800-token encode window beside 12,544 retrieved tokens).
         seed: seeds DPC's tie-breaking noise.
+        query: the text the retrieval forward reads: ``question`` (upstream) or ``prompt`` (the whole prompt).
     """
 
     streaming: ClassVar[str] = "streamingtom"
@@ -216,6 +218,7 @@ class StreamingTOM(Policy):
     bits: int = 4
     window: int | None = None
     seed: int = 0
+    query: str = "question"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -227,6 +230,7 @@ class StreamingTOM(Policy):
             raise ValueError(f"bits={self.bits} is not supported: use 2, 4 or 8 (upstream: 4)")
         if self.window is not None and self.window < 0:
             raise ValueError(f"window={self.window} must be >= 0 tokens (None: upstream's share of |M|)")
+        check_choice("query", self.query, QUERIES)
 
     def check_storage(self, quantized: bool, contiguous_positions: bool) -> None:
         if quantized:

@@ -191,7 +191,9 @@ class StreamKV(RetrievalPolicy):
     after it without being stored; the prompt's mean pre-RoPE query scores each frame block of the segment (a dot
     product with the block's mean pre-RoPE key), and each layer keeps its top ``reserved[l]`` frames (counts from
     :func:`obtain_cdf_num` at ``compression_ratio``, spread by ``compress_temp``) and the summary, never evicted.
-    A question retrieves per layer the top blocks that fit the buffer, the newest ``retrieve_local`` forced in;
+    A question retrieves per layer the top blocks that fit the buffer, scored with the queries of a forward of the
+    question's own text (``query``: upstream's ``question_answering`` in ``model/llava_onevision_streamkv.py``
+    tokenizes ``input_text['question']`` alone, as ReKV), the newest ``retrieve_local`` forced in;
     with ``retrieve_temp`` > 0 the counts are layer-adaptive (:meth:`retrieval_counts`): the question's block scores
     in every layer give each layer its count, between R (1 - temp) and R (1 + temp) frames, R the buffer's frames.
 
@@ -220,7 +222,7 @@ class StreamKV(RetrievalPolicy):
         retrieve_temp: the spread of the per-layer retrieval counts around R (upstream 0.5; 0: every layer R).
         retrieve_local: the newest candidate blocks every question reads (upstream 8 of 64; 0: none).
         guidance: the guidance prompt (upstream's encode_prompt).
-        include_window / positions: as ReKV's.
+        include_window / positions / query: as ReKV's.
     """
 
     # Upstream's split (run_eval.sh, spec/field2.md section 1.2): ReKV's, a window of n_local = 15,000 tokens beside
@@ -240,6 +242,7 @@ class StreamKV(RetrievalPolicy):
     guidance: str = GUIDANCE
     include_window: bool = False
     positions: str = "contiguous"
+    query: str = "question"
 
     streaming = "streamkv"
 

@@ -66,13 +66,14 @@ class WeaveTime(RetrievalPolicy):
 
     The stream is ReKV's memory (a window of the newest |C| = c_ratio * |M| video tokens in the cache, every frame
     offloaded to host memory as it arrives with its mean pre-RoPE key). At a question the answer prompt is
-    prefilled over [prefix | window], capturing each layer's pre-RoPE queries; the top-``10`` entropy of its
-    next-token distribution, normalized to [0, 1], gates the rest (``mixins.py:455-482``). Below ``threshold``
-    (confident) the answer decodes from that cache. At or above it (uncertain), each layer picks its blocks
-    coarse-to-fine with those queries averaged over each KV head's group (:func:`coarse_to_fine`), the blocks are
-    copied back and re-rotated to contiguous positions after the prefix, and the prompt is prefilled again over
-    [prefix | retrieved blocks] (no window: upstream's retrieval view has none) and decoded. Each answer records
-    the branch and the entropy (``gate`` in predictions.jsonl). The memory is unchanged after an answer.
+    prefilled over [prefix | window], capturing each layer's pre-RoPE queries (the whole prompt, as upstream's
+    shipped scripts ask: ``--query_type prompt``, ``eval.sh:22,48``; read at ``video_qa/base.py:254``); the
+    top-``10`` entropy of its next-token distribution, normalized to [0, 1], gates the rest (``mixins.py:455-482``).
+    Below ``threshold`` (confident) the answer decodes from that cache. At or above it (uncertain), each layer
+    picks its blocks coarse-to-fine with those queries averaged over each KV head's group (:func:`coarse_to_fine`),
+    the blocks are copied back and re-rotated to contiguous positions after the prefix, and the prompt is prefilled
+    again over [prefix | retrieved blocks] (no window: upstream's retrieval view has none) and decoded. Each answer
+    records the branch and the entropy (``gate`` in predictions.jsonl). The memory is unchanged after an answer.
 
     Departures (docs/retrieval.md): the window is |C| and the retrieval buffer |M| - |C| (upstream: a window of
     15,680 tokens, or 144 frames after ``set_block_size``'s hard-coded override, which is a bug and not copied,
@@ -96,6 +97,10 @@ class WeaveTime(RetrievalPolicy):
 
     streaming: ClassVar[str] = "weavetime"
     top: ClassVar[int] = 10  # the top logits the gate's entropy reads (upstream's constant)
+    # The gate and the retrieval read one forward of the whole answer prompt, cue included: upstream's pass reads
+    # input_text[self.query_type] (video_qa/base.py:254) and the method's shipped scripts set --query_type prompt
+    # (eval.sh:22,48; eval_pcdfCache.sh:26). A class constant: the gate needs the answer's own next token.
+    query: ClassVar[str] = "prompt"
 
     # Upstream's split (run_eval.sh, spec/field2.md section 3.2): a window of n_local = 15,680 tokens (80 frames of
     # 196) beside retrieve_size = 64 frames, so the window is 80 / 144 of the accelerator tokens.

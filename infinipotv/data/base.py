@@ -21,8 +21,12 @@ class Question:
     """One question about one video.
 
     ``prompt`` is the whole user text that follows the video (the benchmark's protocol); the model adapter wraps it
-    in its chat template. ``time_s`` is None for offline benchmarks (asked after the whole video) and the stream time
-    at which a streaming question is asked otherwise. ``categories`` holds the benchmark's own breakdown fields
+    in its chat template. ``text`` is the question's own text as the benchmark gives it, without options,
+    instruction or answer cue: what most retrieval methods' upstreams form their query from (ReKV, StreamKV, MuKV,
+    StreamingTOM read ``input_text['question']``; each method's docstring cites the line), never the prompt, whose
+    template and cue would act as a lookup key on a benchmark whose cue repeats its evidence. ``time_s`` is None
+    for offline benchmarks (asked after the whole video) and the stream time at which a streaming question is asked
+    otherwise. ``categories`` holds the benchmark's own breakdown fields
     (e.g. ``{"duration": "short", "domain": ..., "task_type": ...}``); they are copied into every prediction record.
     ``stop``: a regular expression; greedy decoding ends as soon as the answer so far matches it (a benchmark whose
     score reads only the answer's start need not pay for the rest: each decoded token is a forward of the model).
@@ -33,6 +37,7 @@ class Question:
     qid: str
     prompt: str
     gold: str
+    text: str
     options: dict[str, str] = field(default_factory=dict)
     categories: dict[str, str] = field(default_factory=dict)
     time_s: float | None = None

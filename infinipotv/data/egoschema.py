@@ -107,7 +107,13 @@ class EgoSchema(AnnotatedBenchmark):
             raise RowError(f"answer {row['answer']!r} must be an option index 0-4")
         vid = text(row, "video_idx")
         prompt = f"{text(row, 'question')}\n" + "\n".join(map(str, row["option"])) + f"\n{ANSWER_DIRECTLY}"
-        question = Question(qid=text(row, "question_idx"), prompt=prompt, gold="ABCDE"[int(answer)], options=options)
+        question = Question(
+            qid=text(row, "question_idx"),
+            prompt=prompt,
+            gold="ABCDE"[int(answer)],
+            text=text(row, "question"),
+            options=options,
+        )
         return vid, first_existing([self.root / "videos" / f"{vid}{ext}" for ext in (".mp4", ".MP4")]), question
 
     def parse(self, output: str, question: Question) -> str | None:

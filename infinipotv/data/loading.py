@@ -206,6 +206,7 @@ def question_from_record(record: dict[str, Any]) -> Question:
         qid=str(record["question_id"]),
         prompt=record.get("prompt") or "",
         gold=str(record.get("gold")),
+        text="",  # rescoring reads the answer, never the question's text
         options={k: v.strip() for k, v in options.items()},
         categories=dict(record.get("categories") or {}),
     )
@@ -317,7 +318,7 @@ class AnnotatedBenchmark(Benchmark):
         return VideoSample(
             video_id=qid if is_blank(video) else str(video),
             path=Path(),
-            questions=[Question(qid=qid, prompt="", gold="", categories=keep)],
+            questions=[Question(qid=qid, prompt="", gold="", text="", categories=keep)],
             error=f"{row.get('_source') or f'{self.annotations.name} row {index}'} ({qid}): {problem}",
         )
 

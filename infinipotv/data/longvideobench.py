@@ -63,6 +63,7 @@ class LongVideoBench(AnnotatedBenchmark):
             qid=text(row, "id"),
             prompt=f"{text(row, 'question')}\n{lines}\n{ANSWER_DIRECTLY}\n",
             gold=LETTERS[choice],
+            text=text(row, "question"),
             options=options,
             categories=self.categories(row),
             max_new_tokens=MAX_NEW_TOKENS,

@@ -15,6 +15,7 @@ the means (lmms-eval would count it as 0, which deflates subset runs).
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,12 @@ OFFICIAL_DIRS = ("json", "data")  # where the official release keeps its per-tas
 def _task_order(path: Path) -> tuple[int, str]:
     head = path.name.split("_", 1)[0]
     return (int(head) if head.isdigit() else 99, path.name)
+
+
+def bare_question(question: str) -> str:
+    """The question without the candidate lines the release appends to it ("\n(A) ..."): the text retrieval reads
+    (:attr:`Question.text`)."""
+    return re.split(r"\n\(A\)", question, maxsplit=1)[0].strip()
 
 
 def from_official(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -147,6 +154,7 @@ class MLVU(AnnotatedBenchmark):
             qid=text(row, "question_id"),
             prompt=f"{text(row, 'question')}{POST}",
             gold=gold,
+            text=bare_question(text(row, "question")),
             options=options,
             categories=self.categories(row),
         )

@@ -161,6 +161,7 @@ class StreamingBench(AnnotatedBenchmark):
             qid=qid,
             prompt=PROMPT.format(question=question, options="\n".join(_lines(options))),
             gold=gold_letter(row["answer"], options),
+            text=question,
             options=options,
             categories={"task_type": task, "group": group},
             time_s=hms_seconds(row["time_stamp"]),

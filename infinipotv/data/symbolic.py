@@ -436,6 +436,7 @@ class Symbolic(AnnotatedBenchmark):
             qid=text(row, "question_id"),
             prompt=prompt,
             gold=gold if options else normalize(gold),
+            text=text(row, "question"),
             options=options,
             categories=self.categories(row),
             time_s=asked,

@@ -49,6 +49,7 @@ class VideoMME(AnnotatedBenchmark):
             qid=text(row, "question_id"),
             prompt=prompt,
             gold=gold_letter(row["answer"], options),
+            text=text(row, "question"),
             options=options,
             categories=self.categories(row),
         )

@@ -100,7 +100,7 @@ class InfiniPotV(lmms):
                 f"beam search are not supported (set do_sample: false, num_beams: 1 in the task)"
             )
         max_new = self.cfg.eval.max_new_tokens or int(gen_kwargs.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
-        text = self.session.ask(prompt, max_new).text
+        text = self.session.ask(prompt, max_new).text  # lmms-eval gives no bare question: the context is the query
         until = gen_kwargs.get("until") or []
         for stop in [until] if isinstance(until, str) else until:
             text = text.split(stop)[0]

@@ -140,6 +140,12 @@ class ModelAdapter(ABC):
     def question_ids(self, prompt: str) -> list[int]:
         """Token ids after the video: end of the vision span, the user's question, the assistant's turn."""
 
+    def text_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` alone, no template around it: what a retrieval forward of the bare question reads
+        (ReKV: ``tokenizer(input_text['question'])``). Annotation text is plain text: a special token's string in it
+        is not a control token."""
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 

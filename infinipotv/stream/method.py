@@ -60,6 +60,27 @@ class View:
     tail_placed: bool = False
 
 
+@dataclass(frozen=True)
+class Asked:
+    """The text a question brings, as token ids. ``prompt``: what the answer reads after the video (the benchmark's
+    prompt in the adapter's template, answer cue included). ``question``: the question's own text alone
+    (:attr:`~infinipotv.data.base.Question.text` through :meth:`ModelAdapter.text_ids`: no options, template or
+    cue). A method's retrieval forward reads the one its upstream reads (a policy's ``query`` knob where it has one)."""
+
+    prompt: list[int]
+    question: list[int]
+
+    @classmethod
+    def of_text(cls, adapter: ModelAdapter, prompt: str, question: str | None = None) -> "Asked":
+        """The ids of ``prompt`` in the adapter's template and of ``question`` alone (None: the prompt is the
+        question, a caller with no separate text)."""
+        return cls(adapter.question_ids(prompt), adapter.text_ids(prompt if question is None else question))
+
+    def of(self, query: str) -> list[int]:
+        """The ids a retrieval forward reads for ``query`` = ``question`` | ``prompt``."""
+        return self.question if query == "question" else self.prompt
+
+
 class StreamingMethod(ABC):
     """One streaming method for one session (its per-video state lives on the :class:`VideoState`)."""
 
@@ -113,9 +134,9 @@ class StreamingMethod(ABC):
         compressing goes through ``clock.timed()`` and counts in ``clock.passes``. ``queries``: per layer
         ``[H_q, N, D]`` of the chunk's prefill when :attr:`capture_chunk_queries`, else None."""
 
-    def view(self, video: VideoState, question_ids: list[int]) -> View | None:
+    def view(self, video: VideoState, asked: Asked) -> View | None:
         """The view a question reads (None: the whole stored memory). Called before the question's prompt
-        forward; anything it prefills must be transient."""
+        forward; anything it prefills must be transient. ``asked``: the question's text and prompt as ids."""
         return None
 
     def reconsider(

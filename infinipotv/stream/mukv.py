@@ -9,11 +9,11 @@ right after its init prompt). The rule scores the block's tokens from that forwa
 go to the granularity's host stores (one per layer, in the cache's storage dtype) and its representative to the
 host beside them.
 
-At a question (:meth:`MuKVMethod.view`): the bare question is side-prefilled over the prefix and its last token's
-last-layer key scores every block's representative on the host; the rule picks each granularity's blocks, only
-those are copied to the accelerator, and the prompt and answer read [prefix | patch | frame | segment blocks] at
-the positions they were prefilled at (``positions=original``) or re-rotated to follow the prefix
-(``contiguous``, 1-D RoPE models; M-RoPE keeps the original ones, as every retrieval method here).
+At a question (:meth:`MuKVMethod.view`): the question's own text (the rule's ``query``) is side-prefilled over the
+prefix and its last token's last-layer key scores every block's representative on the host; the rule picks each
+granularity's blocks, only those are copied to the accelerator, and the prompt and answer read [prefix | patch |
+frame | segment blocks] at the positions they were prefilled at (``positions=original``) or re-rotated to follow
+the prefix (``contiguous``, 1-D RoPE models; M-RoPE keeps the original ones, as every retrieval method here).
 
 Accelerator memory: the prefix while streaming, plus one block's transient forward (a segment's tokens and the
 last layer's attention weights); at an answer at most |M| retrieved tokens per layer and KV head (the rule's
@@ -31,7 +31,7 @@ import torch
 from infinipotv.compress.mukv import GRAINS, MuKV, kept_tokens, pick, representative, token_importance
 from infinipotv.kv.host import HostStore, Offloaded
 from infinipotv.models.base import ModelAdapter, VisionChunk
-from infinipotv.stream.method import StreamingMethod, View, held_bytes, streaming_method
+from infinipotv.stream.method import Asked, StreamingMethod, View, held_bytes, streaming_method
 from infinipotv.stream.schedule import ByteCap
 from infinipotv.stream.side_prefill import side_prefill
 from infinipotv.stream.trace import PassClock
@@ -143,17 +143,16 @@ class MuKVMethod(StreamingMethod):
 
     # -- at a question --------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def view(self, video: VideoState, question_ids: list[int]) -> View | None:
+    def view(self, video: VideoState, asked: Asked) -> View | None:
         a, memory, p = self.adapter, video.state[MEMORY], video.prefix_len
         stored = [store.read() for store in video.cache.stores]
         prefix = [(k[:, :p], v[:, :p]) for k, v in stored]
         if not any(memory.rows[g] for g in GRAINS):
             ids = [store.token_ids()[0, :p] for store in video.cache.stores]
             return View(layers=[((k,), (v,)) for k, v in prefix], start=video.video_start, nbytes=0, ids=ids)
-        asked = side_prefill(
-            a, video.cache, p, a.embed_text(question_ids), a.text_positions(video.video_start, len(question_ids)), False
-        )
-        query = asked.keys[-1][:, -1].reshape(-1).cpu()  # the last question token's last-layer key (post-RoPE)
+        ids = asked.of(self.rule.query)
+        out = side_prefill(a, video.cache, p, a.embed_text(ids), a.text_positions(video.video_start, len(ids)), False)
+        query = out.keys[-1][:, -1].reshape(-1).cpu()  # the last question token's last-layer key (post-RoPE)
         rows = {g: torch.stack(memory.rows[g]) if memory.rows[g] else torch.empty(0, query.numel()) for g in GRAINS}
         counts = self.rule.retrieved(video.grid[0] * video.grid[1], self.budget)
         picks = pick(query, rows, counts, self.rule.top_n, self.rule.rerank())

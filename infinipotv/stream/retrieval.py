@@ -3,7 +3,8 @@
 After each chunk (:meth:`Retrieval.after_chunk`): the chunk's tokens are offloaded as they arrive (ReKV: with each
 block's representative) or when they leave the window (LiveVLM), the cache keeps the prefix and the newest |C|
 video tokens (the same in every head), and a bounded host memory is compacted by the rule (LiveVLM's buckets).
-At a question (:meth:`Retrieval.view`, H1): a retrieval forward of the question's tokens, in the transient mode on
+At a question (:meth:`Retrieval.view`, H1): a retrieval forward of the text the rule's ``query`` names (its
+upstream's: the question's own text for ReKV, StreamKV and LiveVLM), in the transient mode on
 what the cache holds, captures every layer's pre-RoPE queries; per layer the rule scores its blocks and picks them;
 the picked tokens are copied to the accelerator, re-rotated to contiguous positions after the prefix where the rule
 and the model allow (H5), and the prompt and answer read [prefix | retrieved | window if included]. Nothing is
@@ -27,7 +28,7 @@ from infinipotv.compress import compressed_size
 from infinipotv.compress.retrieval import RetrievalPolicy
 from infinipotv.kv.host import HostStore, Offloaded
 from infinipotv.models.base import ModelAdapter, VisionChunk
-from infinipotv.stream.method import StreamingMethod, View, held_bytes, streaming_method
+from infinipotv.stream.method import Asked, StreamingMethod, View, held_bytes, streaming_method
 from infinipotv.stream.schedule import ByteCap, Schedule
 from infinipotv.stream.trace import PassClock
 
@@ -133,13 +134,13 @@ class Retrieval(StreamingMethod):
 
     # -- at a question --------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def view(self, video: VideoState, question_ids: list[int]) -> View | None:
+    def view(self, video: VideoState, asked: Asked) -> View | None:
         a, cache = self.adapter, video.cache
         if not len(video.host[0]):
             return None
+        ids = asked.of(self.rule.query)
         with a.capture_queries() as captured, cache.transient():
-            positions = a.text_positions(video.next_position, len(question_ids))
-            a.forward(a.embed_text(question_ids), positions, cache, logits=False)
+            a.forward(a.embed_text(ids), a.text_positions(video.next_position, len(ids)), cache, logits=False)
         return self.retrieved(video, [layer[0] for layer in captured])
 
     def retrieved(self, video: VideoState, queries: list[torch.Tensor]) -> View:

@@ -30,7 +30,7 @@ from infinipotv.compress import Policy
 from infinipotv.kv.cache import StreamCache
 from infinipotv.kv.store import FullPrecisionStore, KVStore
 from infinipotv.models.base import ModelAdapter, VisionChunk
-from infinipotv.stream.method import StreamingMethod, View, build_method
+from infinipotv.stream.method import Asked, StreamingMethod, View, build_method
 from infinipotv.stream.needles import Extent, evidence_ids, needle_stats
 from infinipotv.stream.schedule import ByteCap
 from infinipotv.stream.trace import PassClock, PeakMemory, TraceStep, sync
@@ -221,6 +221,7 @@ class StreamingSession:
         fps: float | None = None,
         stop: str | None = None,
         evidence: tuple[int, int] | None = None,
+        question: str | None = None,
     ) -> Answer:
         """Greedy answer on the current memory; the question and answer are removed from the cache afterwards.
         Decoding ends at an end-of-sequence token, after ``max_new_tokens``, or once the text matches ``stop`` (a
@@ -231,7 +232,11 @@ class StreamingSession:
         memory before it, and the frames are fed again, as part of their chunk, when the stream reaches its end.
 
         ``evidence``: the raw frames ``[first, end)`` (indices of the stream) that show the answer, when the
-        benchmark knows them; the answer then records what it read of them (:mod:`infinipotv.stream.needles`)."""
+        benchmark knows them; the answer then records what it read of them (:mod:`infinipotv.stream.needles`).
+
+        ``question``: the question's own text, without options, template or answer cue
+        (:attr:`~infinipotv.data.base.Question.text`), what a method's retrieval forward reads where its upstream
+        reads the question alone; None: the prompt is the question (a caller with no separate text)."""
         v = self.video
         if frames is not None and v.pending is not None:
             raise RuntimeError("ask(frames=...) after a partial model frame was fed: feed whole chunks before it")
@@ -243,16 +248,17 @@ class StreamingSession:
                 raise ValueError(f"frame grid changed within a video: {v.grid} then {tail.grid}")
             extents = [*extents, Extent(v.frames_encoded, len(whole), v.vision_tokens, tail.embeds.shape[0])]
         wanted = None if evidence is None else evidence_ids(extents, *evidence, self.adapter.frames_per_step)
-        answer = self._answer(v.cache, prompt, max_new_tokens, tail, stop, self.method, wanted)
+        asked = Asked.of_text(self.adapter, prompt, question)
+        answer = self._answer(v.cache, asked, max_new_tokens, tail, stop, self.method, wanted)
         if v.ref_cache is not None:
-            answer.reference = self._answer(v.ref_cache, prompt, max_new_tokens, tail, stop, None)
+            answer.reference = self._answer(v.ref_cache, asked, max_new_tokens, tail, stop, None)
         return answer
 
     @torch.inference_mode()
     def _answer(
         self,
         cache: StreamCache,
-        prompt: str,
+        asked: Asked,
         max_new_tokens: int,
         tail: VisionChunk | None,
         stop: str | None,
@@ -266,11 +272,10 @@ class StreamingSession:
         with an answer-time branch (:meth:`StreamingMethod.reconsider`) sees the prompt's logits and queries on
         that view and may have the prompt prefilled again on another, which the answer then decodes from.
         ``evidence``: stream ids of the frames that show the answer; the answer records what it read of them."""
-        a = self.adapter
-        ids = a.question_ids(prompt)
+        a, ids = self.adapter, asked.prompt
         sync(a.device)
         t0 = time.perf_counter()
-        view = method.view(self.video, ids) if method is not None else None
+        view = method.view(self.video, asked) if method is not None else None
         tail_ids = None
         if tail is not None:
             first = self.video.vision_tokens

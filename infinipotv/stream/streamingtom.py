@@ -19,7 +19,7 @@ from infinipotv.kv.cache import StreamCache
 from infinipotv.kv.oqm import OQMLayer, OQMStore, query_repr, top_groups
 from infinipotv.kv.store import FullPrecisionStore
 from infinipotv.models.base import ModelAdapter, VisionChunk
-from infinipotv.stream.method import StreamingMethod, View, streaming_method
+from infinipotv.stream.method import Asked, StreamingMethod, View, streaming_method
 from infinipotv.stream.schedule import ByteCap
 from infinipotv.stream.trace import PassClock
 
@@ -108,14 +108,15 @@ class StreamingTOMMethod(StreamingMethod):
         """Nothing to shape: the chunk's tokens joined the OQM in its prefill."""
 
     @torch.inference_mode()
-    def view(self, video: VideoState, question_ids: list[int]) -> View:
+    def view(self, video: VideoState, asked: Asked) -> View:
         """Each layer's retrieved groups, dequantized: [prefix | groups] is what the prompt reads; the question
         continues at the stream's next position (the groups keep their own). At most |M| tokens: floor(|M| / G)
         groups (upstream takes ceil(12544 / 50) = 251 groups, 12,550 tokens, 6 past its own limit)."""
         a = self.adapter
         scratch = StreamCache(a.n_layers, FullPrecisionStore)
+        ids = asked.of(self.policy.query)
         with a.capture_queries() as captured, scratch.transient():
-            a.forward(a.embed_text(question_ids), a.text_positions(0, len(question_ids)), scratch, logits=False)
+            a.forward(a.embed_text(ids), a.text_positions(0, len(ids)), scratch, logits=False)
         layers, ids, nbytes = [], [], 0
         for layer, queries in zip(video.cache.layers, captured):
             oqm = layer.store.oqm

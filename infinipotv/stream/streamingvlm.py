@@ -18,7 +18,7 @@ from infinipotv.compress.streamingvlm import StreamingVLM, window_keep
 from infinipotv.kv.rotary import RotaryStore
 from infinipotv.kv.store import FullPrecisionStore
 from infinipotv.models.base import ModelAdapter, VisionChunk
-from infinipotv.stream.method import StreamingMethod, View, held_bytes, streaming_method
+from infinipotv.stream.method import Asked, StreamingMethod, View, held_bytes, streaming_method
 from infinipotv.stream.schedule import ByteCap, Schedule
 from infinipotv.stream.trace import PassClock
 
@@ -136,7 +136,7 @@ class StreamingVLMMethod(StreamingMethod):
         for store in video.cache.stores:
             store.move(by)
 
-    def view(self, video: VideoState, question_ids: list[int]) -> View | None:
+    def view(self, video: VideoState, asked: Asked) -> View | None:
         """Shrink: the whole memory as the stores read it (each layer's keys rotated as its forward reads them:
         no view of its own, so no new bytes), the question after it by the model's rule for text after a video
         (the largest position + 1); the frames since the boundary are placed by :meth:`before_prefill`."""

@@ -25,7 +25,7 @@ import torch
 
 from infinipotv.compress.weavetime import WeaveTime, coarse_to_fine, kv_queries, top_entropy
 from infinipotv.kv.host import HostStore
-from infinipotv.stream.method import View, streaming_method
+from infinipotv.stream.method import Asked, View, streaming_method
 from infinipotv.stream.retrieval import Retrieval
 
 if TYPE_CHECKING:
@@ -41,8 +41,9 @@ class WeaveTimeRetrieval(Retrieval):
     rule: WeaveTime
     capture_answer_queries = True
 
-    def view(self, video: VideoState, question_ids: list[int]) -> View | None:
-        """The first pass reads what the cache stores, [prefix | window]."""
+    def view(self, video: VideoState, asked: Asked) -> View | None:
+        """The first pass reads what the cache stores, [prefix | window]; its forward is the answer prompt's
+        (``WeaveTime.query``: the whole prompt, as upstream's shipped scripts)."""
         return None
 
     @torch.inference_mode()

@@ -46,10 +46,10 @@ def test_streaming_questions_are_answered_before_later_frames(tmp_path: Path, mo
     seen: list[tuple[str, int, float]] = []
     ask = StreamingSession.ask
 
-    def spy(self, prompt, max_new_tokens, frames=None, fps=None, stop=None, evidence=None):
+    def spy(self, prompt, max_new_tokens, frames=None, fps=None, stop=None, evidence=None, question=None):
         # the frames streamed, and those since the last chunk boundary prefilled with the question
         seen.append((prompt, self.video.frames_seen + (0 if frames is None else len(frames)), fps or self.video.fps))
-        return ask(self, prompt, max_new_tokens, frames, fps, stop, evidence)
+        return ask(self, prompt, max_new_tokens, frames, fps, stop, evidence, question)
 
     monkeypatch.setattr(StreamingSession, "ask", spy)
     run_job(run_config(bench), tmp_path / "run")

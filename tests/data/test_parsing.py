@@ -142,7 +142,7 @@ def test_first_char(output: str, expected: str | None) -> None:
 )
 def test_benchmarks_dispatch_on_cfg_parser(cls, output: str, faithful: str | None, strict: str | None) -> None:
     letters = "ABCDE" if cls is EgoSchema else "ABCD"
-    question = Question(qid="q", prompt="", gold="B", options={x: f"text {x}" for x in letters})
+    question = Question(qid="q", prompt="", gold="B", text="", options={x: f"text {x}" for x in letters})
     for parser, expected in (("faithful", faithful), ("strict", strict)):
         bench = cls(BenchmarkConfig(name=cls.name, root="/nonexistent", parser=parser))
         assert bench.parse(output, question) == expected

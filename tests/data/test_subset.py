@@ -16,7 +16,7 @@ def videos(n: int = 10, per: int = 3) -> list[VideoSample]:
         VideoSample(
             video_id=f"v{v}",
             path=Path(f"v{v}.mp4"),
-            questions=[Question(qid=f"v{v}-{k}", prompt="p", gold="A") for k in range(per)],
+            questions=[Question(qid=f"v{v}-{k}", prompt="p", gold="A", text="q") for k in range(per)],
         )
         for v in range(n)
     ]

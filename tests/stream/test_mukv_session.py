@@ -16,6 +16,7 @@ from infinipotv.compress import build
 from infinipotv.compress.mukv import GRAINS, pick
 from infinipotv.kv import FullPrecisionStore
 from infinipotv.kv.host import HostStore
+from infinipotv.stream.method import Asked
 from infinipotv.stream.mukv import MEMORY
 from infinipotv.stream.reference import tiny_adapter
 from infinipotv.stream.session import StreamingSession
@@ -121,7 +122,7 @@ def test_the_view_reads_the_picked_blocks_in_score_order_at_their_positions(monk
     picks = {"patch": torch.tensor([3, 1]), "frame": torch.tensor([2]), "segment": torch.tensor([0])}
     monkeypatch.setattr("infinipotv.stream.mukv.pick", lambda *args: picks)
     v = session.video
-    view = session.method.view(v, adapter.question_ids(PROMPT))
+    view = session.method.view(v, Asked.of_text(adapter, PROMPT))
     kept = session.method.rule.kept(v.grid[0] * v.grid[1])
     memory = v.state[MEMORY]
     for layer, ((prefix_k, keys), (prefix_v, values)) in enumerate(view.layers):
@@ -143,7 +144,7 @@ def test_contiguous_positions_rerotate_the_blocks_after_the_prefix(monkeypatch):
     contiguous = streamed(adapter, frames(8), positions="contiguous")
     picks = {"patch": torch.tensor([3, 1]), "frame": torch.tensor([2]), "segment": torch.tensor([0])}
     monkeypatch.setattr("infinipotv.stream.mukv.pick", lambda *args: picks)
-    ids = adapter.question_ids(PROMPT)
+    ids = Asked.of_text(adapter, PROMPT)
     a, b = original.method.view(original.video, ids), contiguous.method.view(contiguous.video, ids)
     v = original.video
     for layer in range(adapter.n_layers):
@@ -192,17 +193,18 @@ def test_only_the_picked_blocks_cross_to_the_accelerator(monkeypatch):
 
 
 def test_the_query_is_the_last_question_tokens_last_layer_key_over_the_prefix(monkeypatch):
-    """Step 8: the bare question after the prefix alone (no video), its last token's last-layer key after RoPE."""
+    """Step 8: the question's own text after the prefix alone (no video, no template around it, no cue), its last
+    token's last-layer key after RoPE."""
     adapter = tiny_adapter("llava_ov")
     session = streamed(adapter, frames(4))
     seen: list[torch.Tensor] = []
     monkeypatch.setattr(
         "infinipotv.stream.mukv.pick", lambda query, rows, *rest: seen.append(query) or pick(query, rows, *rest)
     )
-    session.ask(PROMPT, max_new_tokens=1)
+    session.ask(f"{PROMPT}\nAnswer: it", max_new_tokens=1, question=PROMPT)
     fresh = StreamingSession(adapter, None, None, 0.5, lambda: FullPrecisionStore(torch.float32))
     fresh.start("prefix only")
-    q, v = adapter.question_ids(PROMPT), fresh.video
+    q, v = adapter.text_ids(PROMPT), fresh.video
     with v.cache.transient():
         adapter.forward(adapter.embed_text(q), adapter.text_positions(v.video_start, len(q)), v.cache, logits=False)
         expected = v.cache.layers[-1].tail[0][:, -1].reshape(-1)

@@ -1,6 +1,7 @@
-"""What a question read of its evidence (:mod:`infinipotv.stream.needles`): the frame-to-id arithmetic, the two
-shares, every registered method's view naming exactly the tokens it reads, and the shares a real session records
-where the answer is known (the full cache reads all of a needle; a window past it reads none)."""
+"""What a question read (:mod:`infinipotv.stream.needles`): the frame-to-id arithmetic, the two shares, every
+registered method's view naming exactly the tokens it reads, the text every method's query forward reads (its
+upstream's), and the shares a real session records where the answer is known (the full cache reads all of a needle;
+a window past it reads none)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from infinipotv import compress
 from infinipotv.config import ConfigError
 from infinipotv.factory import build_adapter, build_parts, validate
 from infinipotv.models.base import ModelAdapter
+from infinipotv.stream.method import Asked
 from infinipotv.stream.needles import Extent, evidence_ids, needle_stats
 from tests.symbolic.conftest import compose_run
 
@@ -46,8 +48,14 @@ def adapter() -> ModelAdapter:
     return build_adapter(compose_run("model=tiny_llava_ov"))
 
 
-def stream(name: str, frames: int = 12, budget: str = "80"):
-    cfg = compose_run(f"compress={name}", "model=tiny_llava_ov", "eval.chunk_frames=1", f"compress.budget={budget}")
+def stream(name: str, frames: int = 12, budget: str = "80", **knobs: str):
+    cfg = compose_run(
+        f"compress={name}",
+        "model=tiny_llava_ov",
+        "eval.chunk_frames=1",
+        f"compress.budget={budget}",
+        *(f"compress.{k}={v}" for k, v in knobs.items()),
+    )
     validate(cfg)
     session = build_parts(cfg, adapter()).session(cfg.compress.c_ratio)
     session.start("v")
@@ -55,6 +63,44 @@ def stream(name: str, frames: int = 12, budget: str = "80"):
     for frame in video[:frames]:
         session.feed(frame[None], fps=1.0)
     return session, video
+
+
+QUESTION = "What is the door code?"
+PROMPT = f"Question: {QUESTION}\nAnswer: The door code is"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_query_forward_reads_what_its_upstream_reads(name: str, monkeypatch) -> None:
+    """Before the prompt's own forward a question runs exactly one forward per the method's ``query`` (its
+    upstream's: the question's own text for ReKV, StreamKV, MuKV, StreamingTOM and LiveVLM, no cue, no template;
+    the prompt for WeaveTime, whose first forward is the prompt's), and none for a method without one. A method that
+    reads text before the prompt must declare what it reads: registered methods are covered with no new test code."""
+    try:
+        session, _ = stream(name)
+    except ConfigError as refused:
+        pytest.skip(f"refused at |M| = 80: {refused}")
+    a = adapter()
+    read: list[list[int]] = []
+    embed = a.embed_text
+    monkeypatch.setattr(a, "embed_text", lambda ids: read.append(list(ids)) or embed(ids))
+    session.ask(PROMPT, 1, question=QUESTION)
+    query = getattr(compress.build(name), "query", None)
+    before = read[: read.index(a.question_ids(PROMPT))]
+    assert before == ([a.text_ids(QUESTION)] if query == "question" else [])
+    assert query in (None, "question", "prompt")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in CASES if "query" in compress.policy_params(n)))
+def test_query_prompt_reads_the_whole_prompt_and_cue(name: str, monkeypatch) -> None:
+    """``compress.query=prompt`` (the ablation) reads the answer's whole prompt, cue included, before the prompt's
+    own forward."""
+    session, _ = stream(name, query="prompt")
+    a = adapter()
+    read: list[list[int]] = []
+    embed = a.embed_text
+    monkeypatch.setattr(a, "embed_text", lambda ids: read.append(list(ids)) or embed(ids))
+    session.ask(PROMPT, 1, question=QUESTION)
+    assert read[:2] == [a.question_ids(PROMPT)] * 2
 
 
 def test_what_a_session_records_it_read() -> None:
@@ -77,9 +123,8 @@ def test_every_view_names_the_tokens_it_reads(name: str) -> None:
         session, _ = stream(name)
     except ConfigError as refused:
         pytest.skip(f"refused at |M| = 80: {refused}")
-    ids = adapter().question_ids("What happened?")
     method = session.method
-    view = method.view(session.video, ids)
+    view = method.view(session.video, Asked.of_text(adapter(), "What happened?"))
     if view is not None and view.layers is not None:  # None: the stores' own tokens (their ids are the view's)
         for (keys, _), layer_ids in zip(view.layers, view.ids):
             runs = (keys,) if isinstance(keys, torch.Tensor) else keys

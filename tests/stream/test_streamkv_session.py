@@ -13,6 +13,7 @@ from infinipotv.compress import build, compressed_size
 from infinipotv.compress.retrieval import block_means
 from infinipotv.compress.streamkv import StreamKV
 from infinipotv.kv import FullPrecisionStore
+from infinipotv.stream.method import Asked
 from infinipotv.stream.reference import FAMILIES, tiny_adapter
 from infinipotv.stream.session import StreamingSession
 from infinipotv.stream.streamkv import SEGMENT
@@ -141,7 +142,7 @@ def test_layer_adaptive_counts_read_uneven_frames_at_the_same_bytes(family, monk
     video = scenes(adapter, [5, 3, 6, 4])
     fixed = streamed(adapter, video, **CUT, compression_ratio=1)
     adaptive = streamed(adapter, video, **CUT, compression_ratio=1, retrieve_temp=0.5)
-    ids = adapter.question_ids(PROMPT)
+    ids = Asked.of_text(adapter, PROMPT)
     even = fixed.method.view(fixed.video, ids)
     per_frame = fixed.video.grid[0] * fixed.video.grid[1]
     frames = (BUDGET - compressed_size(BUDGET, C_RATIO)) // per_frame
