@@ -88,6 +88,14 @@ class RotaryStore(KVStore):
             return keys, values
         return self.rotate(keys, torch.zeros_like(self._shift), self._shift), values
 
+    def read_from(self, start: int, by: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of the tokens from ``start`` on, as :meth:`read` would give them had they moved by
+        ``by [R, n]`` more; the store unchanged. A transient view of a pruned memory (StreamingVLM's question that
+        brings frames): only those keys are rotated, and rounded once, as every read."""
+        keys, values = self.inner.read()
+        shift = self._shift[:, start:] + by.to(device=self._shift.device, dtype=POSITION_DTYPE)
+        return self.rotate(keys[:, start:], torch.zeros_like(shift), shift), values[:, start:]
+
     def token_ids(self) -> torch.Tensor:
         return self.inner.token_ids()
 

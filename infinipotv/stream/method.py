@@ -65,16 +65,19 @@ class Asked:
     """The text a question brings, as token ids. ``prompt``: what the answer reads after the video (the benchmark's
     prompt in the adapter's template, answer cue included). ``question``: the question's own text alone
     (:attr:`~infinipotv.data.base.Question.text` through :meth:`ModelAdapter.text_ids`: no options, template or
-    cue). A method's retrieval forward reads the one its upstream reads (a policy's ``query`` knob where it has one)."""
+    cue). A method's retrieval forward reads the one its upstream reads (a policy's ``query`` knob where it has one).
+    ``frames``: the model frames shown since the last chunk boundary, prefilled with the question
+    (``ask(frames=...)``): a method whose upstream prunes before a chunk's prefill makes room for them."""
 
     prompt: list[int]
     question: list[int]
+    frames: int = 0
 
     @classmethod
-    def of_text(cls, adapter: ModelAdapter, prompt: str, question: str | None = None) -> "Asked":
+    def of_text(cls, adapter: ModelAdapter, prompt: str, question: str | None = None, frames: int = 0) -> "Asked":
         """The ids of ``prompt`` in the adapter's template and of ``question`` alone (None: the prompt is the
         question, a caller with no separate text)."""
-        return cls(adapter.question_ids(prompt), adapter.text_ids(prompt if question is None else question))
+        return cls(adapter.question_ids(prompt), adapter.text_ids(prompt if question is None else question), frames)
 
     def of(self, query: str) -> list[int]:
         """The ids a retrieval forward reads for ``query`` = ``question`` | ``prompt``."""

@@ -248,7 +248,7 @@ class StreamingSession:
                 raise ValueError(f"frame grid changed within a video: {v.grid} then {tail.grid}")
             extents = [*extents, Extent(v.frames_encoded, len(whole), v.vision_tokens, tail.embeds.shape[0])]
         wanted = None if evidence is None else evidence_ids(extents, *evidence, self.adapter.frames_per_step)
-        asked = Asked.of_text(self.adapter, prompt, question)
+        asked = Asked.of_text(self.adapter, prompt, question, 0 if tail is None else tail.n_frames)
         answer = self._answer(v.cache, asked, max_new_tokens, tail, stop, self.method, wanted)
         if v.ref_cache is not None:
             answer.reference = self._answer(v.ref_cache, asked, max_new_tokens, tail, stop, None)

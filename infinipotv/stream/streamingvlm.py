@@ -60,6 +60,11 @@ class StreamingVLMMethod(StreamingMethod):
         """W: the whole frames |M| holds (a chunk's forward reads at most these, itself included)."""
         return max(1, self.schedule.budget // per_frame)
 
+    def held_after(self, video: VideoState, incoming: int, per_frame: int) -> int:
+        """Frames the memory holds when ``incoming`` model frames are prefilled: all of them, or the newest
+        W - ``incoming`` (upstream prunes before a chunk's prefill, so its forward reads the window)."""
+        return min(video.video_tokens // per_frame, max(0, self.window_frames(per_frame) - incoming))
+
     def held_positions(self, video: VideoState, frames: int) -> torch.Tensor:
         """Shrink: the positions of a memory of ``frames`` model frames, those a fresh session fed only them
         gives (a video that began at the oldest)."""
@@ -70,22 +75,23 @@ class StreamingVLMMethod(StreamingMethod):
         is prefilled (``L45``). So the memory keeps its newest W - (chunk's frames) frames first, the chunk's
         forward reads exactly the window (itself included), and the video memory never holds more than |M|."""
         per_frame = chunk.tokens_per_frame
-        room = self.window_frames(per_frame) - chunk.n_frames  # check_chunk: a chunk is at most |M|, so >= 0
-        if video.video_tokens <= room * per_frame:
+        keep = self.held_after(video, chunk.n_frames, per_frame)
+        if keep * per_frame == video.video_tokens:
             return
         clock.bytes_before = held_bytes(video)
         with clock.timed():
-            self.evict(video, room)
+            self.evict(video, keep)
         clock.passes += 1
 
     def before_prefill(
         self, video: VideoState, chunk: VisionChunk, token_ids: torch.Tensor, transient: bool
     ) -> tuple[VisionChunk, torch.Tensor]:
         """Shrink: a chunk (or a question's frames since the boundary) is placed where a fresh session fed the
-        memory's frames would place the frames after them."""
+        memory's frames would place the frames after them: those it holds once pruned for the chunk
+        (:meth:`held_after`; a question's view prunes as :meth:`view` says)."""
         if not self.shrink:
             return chunk, token_ids
-        held = video.video_tokens // chunk.tokens_per_frame
+        held = self.held_after(video, chunk.n_frames, chunk.tokens_per_frame)
         first = held * self.adapter.frames_per_step
         positions = self.adapter.frame_positions(first, chunk.n_frames, chunk.grid, video.fps, video.video_start)
         return replace(chunk, positions=positions), token_ids
@@ -139,10 +145,36 @@ class StreamingVLMMethod(StreamingMethod):
     def view(self, video: VideoState, asked: Asked) -> View | None:
         """Shrink: the whole memory as the stores read it (each layer's keys rotated as its forward reads them:
         no view of its own, so no new bytes), the question after it by the model's rule for text after a video
-        (the largest position + 1); the frames since the boundary are placed by :meth:`before_prefill`."""
+        (the largest position + 1); the frames since the boundary are placed by :meth:`before_prefill`.
+
+        A question that brings frames since the boundary (``asked.frames``) reads the memory as upstream's would be
+        once pruned for them (upstream prunes, then prefills that chunk, then the question): the prefix and the
+        newest W - frames frames (:meth:`pruned`), the frames after them; the memory itself is unchanged."""
+        per_frame = video.grid[0] * video.grid[1] if video.grid is not None else 0
+        held = video.video_tokens // per_frame if per_frame else 0
+        if held and self.held_after(video, asked.frames, per_frame) < held:
+            return self.pruned(video, self.held_after(video, asked.frames, per_frame), per_frame)
         if not self.shrink:
             return None
-        held = video.video_tokens // (video.grid[0] * video.grid[1]) if video.grid is not None else 0
         start = int(self.held_positions(video, held).max()) + 1 if held else video.video_start
         ids = [store.token_ids() for store in video.cache.stores]
         return View(None, start=start, nbytes=0, ids=ids, tail_placed=True)
+
+    def pruned(self, video: VideoState, keep: int, per_frame: int) -> View:
+        """[prefix | the newest ``keep`` frames], read in place (original positions), or with their keys rotated to
+        where :meth:`evict` would move them (shrink: new tensors, counted as the view's bytes)."""
+        p, held = video.prefix_len, video.video_tokens // per_frame
+        first = p + (held - keep) * per_frame
+        start, by = video.next_position, None
+        if self.shrink:  # from where the kept frames sit now to where a memory of them alone puts them
+            by = self.held_positions(video, keep) - self.held_positions(video, held)[:, first - p :]
+            start = int(self.held_positions(video, keep).max()) + 1 if keep else video.video_start
+        layers, ids, nbytes = [], [], 0
+        for store in video.cache.stores:
+            keys, values = (store.inner if self.shrink else store).read()  # the sink never moves: as stored
+            kept = store.read_from(first, by) if self.shrink else (keys[:, first:], values[:, first:])
+            nbytes += kept[0].nbytes if self.shrink else 0
+            layers.append(((keys[:, :p], kept[0]), (values[:, :p], kept[1])))
+            stored = store.token_ids()
+            ids.append(torch.cat([stored[..., :p], stored[..., first:]], dim=-1))
+        return View(layers, start=start, nbytes=nbytes, ids=ids, tail_placed=self.shrink)

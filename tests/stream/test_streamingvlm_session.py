@@ -28,7 +28,8 @@ def noise(n: int, seed: int = 0) -> np.ndarray:
 def test_each_chunk_attends_exactly_the_window(monkeypatch, pos_mode: str) -> None:
     """Tiny LLaVA-OneVision (16 tokens a frame), |M| = 72: a window of W = 4 frames; chunks of 1 to 3 frames. Every
     committing forward reads the prefix and min(W, frames streamed) frames, its own included; no forward (a
-    question's frames since the boundary) reads more than prefix + |M| + its own tokens."""
+    question's frames since the boundary) reads more than prefix + |M|, its own tokens included: the memory is read
+    as pruned for them, as upstream prunes before their chunk."""
     adapter, budget = tiny_adapter("llava_ov"), 72
     per_frame, window = 16, 4
     reads: list[tuple[bool, int, int]] = []  # (transient, tokens read in all, the forward's own tokens)
@@ -58,9 +59,45 @@ def test_each_chunk_attends_exactly_the_window(monkeypatch, pos_mode: str) -> No
         reads.clear()
         session.ask("What is shown?", max_new_tokens=2, frames=video[streamed : streamed + 1], fps=2.0)
         (transient, total, own), *_ = reads  # the question's frames since the boundary, read after the memory
-        assert transient and own == per_frame and total - own == p + session.video.video_tokens <= p + budget
+        held = min(session.video.video_tokens, (window - 1) * per_frame)  # pruned for the one frame it brings
+        assert transient and own == per_frame and total - own == p + held and total <= p + budget
     assert sum(bool(s.compress) for s in session.trace) >= 8  # many evictions
     assert all(s.compress.tokens_before - s.compress.tokens_after >= 1 for s in session.trace if s.compress)
+
+
+@pytest.mark.parametrize("pos_mode", ["shrink", "original"])
+@pytest.mark.parametrize("family", ["llava_ov", "qwen2vl"])
+def test_a_questions_frames_are_read_where_upstream_prefills_their_chunk(family: str, pos_mode: str) -> None:
+    """Upstream prunes the memory, then prefills the chunk the frames since the boundary belong to, then the
+    question. A question bringing those frames answers (fp32) as a session that fed them as a chunk first, and
+    leaves its memory as it was (the frames are fed again, as part of their chunk)."""
+    adapter = tiny_adapter(family)
+    step = adapter.frames_per_step
+    video = noise(12 * step)
+
+    def streamed(frames: int) -> StreamingSession:
+        probe = StreamingSession(adapter, None, None, 0.75, lambda: FullPrecisionStore(torch.float32))
+        probe.start("probe")
+        probe.feed(video[:step], fps=2.0)
+        budget = 4 * probe.video.grid[0] * probe.video.grid[1]  # W = 4 frames
+        session = StreamingSession(
+            adapter, build("streamingvlm", pos_mode=pos_mode), budget, 0.75, lambda: FullPrecisionStore(torch.float32)
+        )
+        session.start("v")
+        for at in range(0, frames, 2 * step):
+            session.feed(video[at : min(at + 2 * step, frames)], fps=2.0)
+        return session
+
+    for tail in (1, 2):  # model frames since the boundary
+        first = 8 * step
+        asking = streamed(first)
+        before = [store.token_ids().clone() for store in asking.video.cache.stores]
+        brought = asking.ask("What is shown?", 1, frames=video[first : first + tail * step], fps=2.0)
+        assert all(torch.equal(s.token_ids(), b) for s, b in zip(asking.video.cache.stores, before))
+        fed = streamed(first)
+        fed.feed(video[first : first + tail * step], fps=2.0)
+        expected = fed.ask("What is shown?", 1)
+        torch.testing.assert_close(brought.first_logprobs, expected.first_logprobs, atol=1e-4, rtol=1e-4)
 
 
 # -- shrink: the memory sits where a fresh session fed only its frames would put it ------------------------------
