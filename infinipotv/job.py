@@ -28,6 +28,7 @@ from infinipotv.compact import check_restream, recorded_metrics
 from infinipotv.config import RunConfig
 from infinipotv.data import Benchmark, Question, VideoSample
 from infinipotv.data.frames import FrameSource, SourcesAhead
+from infinipotv.data.loading import benchmark_class
 from infinipotv.data.scoring import gate_counts
 from infinipotv.data.subset import describe, select
 from infinipotv.data.video import FramePlan
@@ -132,6 +133,8 @@ def _record(
         "frames_seen": frames_seen,  # the frames the question saw: streamed, or prefilled with it (streaming)
         # accelerator bytes while answering: the stores, the method's own and the view's (retrieved blocks)
         "accelerator_bytes": answer.accelerator_bytes if answer else None,
+        "host_bytes": answer.host_bytes if answer else None,  # the method's host memory meanwhile
+        "video_tokens_read": round(answer.video_tokens_read, 3) if answer else None,  # per layer and KV head
     }
     if answer is not None and answer.gate is not None:  # an answer-time branch: which ran, and why (WeaveTime)
         rec["gate"] = answer.gate
@@ -278,6 +281,14 @@ def _metrics(
                 default=0,
             ),
             "peak_host_bytes": max((s.get("host_bytes", 0) for s in steps), default=0),
+            # both places at once: a step's, or an answer's (its view included), the equal-memory tables' total
+            "peak_total_bytes": max(
+                [s.get("accelerator_bytes", 0) + s.get("host_bytes", 0) for s in steps]
+                + [_count(r.get("accelerator_bytes")) + _count(r.get("host_bytes")) for r in records],
+                default=0,
+            ),
+            # the vision tokens an answer read, per layer and KV head, mean over the answers
+            "video_tokens_read": float(np.mean(read)) if (read := _numbers(records, "video_tokens_read")) else None,
             "frames": sum(streamed.values()),
             # frames a streaming question saw past the last chunk it was asked after: prefilled with the question,
             # transiently (they are in no trace step, nor in the peaks above), and never streamed into the memory
@@ -309,6 +320,11 @@ def _metrics(
     if why is not None:  # the aggregator skips such a run: its 0.0 is no score
         metrics["failed"] = why
     return metrics
+
+
+def _numbers(records: list[dict], key: str) -> list[float]:
+    """The records' numbers under ``key`` (records from before the key existed, or errors, have none)."""
+    return [r[key] for r in records if is_number(r.get(key))]
 
 
 def _count(value: Any) -> int | float:
@@ -380,6 +396,7 @@ def _defaults(cfg: RunConfig) -> str:
         value = getattr(cfg, f.name)
         if is_dataclass(value):
             defaults[f.name] = OmegaConf.structured(type(value))
+    defaults.benchmark.options = benchmark_class(cfg.benchmark.name).option_defaults
     return OmegaConf.to_yaml(defaults)
 
 

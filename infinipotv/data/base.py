@@ -62,6 +62,9 @@ class Benchmark(ABC):
     name: ClassVar[str]
     streaming: ClassVar[bool] = False
     option_keys: ClassVar[tuple[str, ...]] = ()  # the ``benchmark.options`` it reads; any other key is refused
+    #: the options' defaults: a run directory recorded before an option existed ran with its default, so resuming it
+    #: is not a change of configuration
+    option_defaults: ClassVar[dict[str, Any]] = {}
 
     def frame_size(self) -> tuple[int, int] | None:
         """(height, width) of every frame when the config alone fixes it (a generated benchmark), checked against

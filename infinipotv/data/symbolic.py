@@ -22,11 +22,9 @@ folder, a finished one is reused. Knobs (``benchmark.options``): stream length `
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,157 +33,16 @@ import numpy as np
 from infinipotv.config import BenchmarkConfig, ConfigError
 from infinipotv.data.base import Question, VideoSample, register
 from infinipotv.data.loading import AnnotatedBenchmark, hms_seconds, options_from_list, text
-from infinipotv.data.symbolic_content import (
-    COLOURS,
-    KINDS,
-    MAX_NEEDLES,
-    SCENE,
-    NeedleKind,
-    background_line,
-    scene_cast,
-)
+from infinipotv.data.symbolic_content import COLOURS, KINDS, SCENE, NeedleKind, background_line, scene_cast
+from infinipotv.data.symbolic_knobs import DEFAULTS, INERT, VERSION, Knobs
 from infinipotv.data.video import write_video
 from infinipotv.models import glyphs
 
-VERSION = 1  # bump when the generator's output changes for the same parameters
 LETTERS = "ABCD"
-DEFAULTS: dict[str, Any] = {
-    "n_videos": 4,
-    "frames": 96,
-    "fps": 2,
-    "grid": [3, 4],
-    "patch": glyphs.DEFAULT_PATCH,
-    "scene_frames": 12,
-    "n_needles": 5,
-    "needle_span": [0.1, 0.6],
-    "needle_frames": 4,
-    "n_distractors": 3,
-    "distractor_similarity": 0.25,
-    "mc_fraction": 0.5,
-    "streaming_fraction": 0.5,
-    "question_delay": [0.2, 0.4],
-    "scene_questions": 0,
-    "show_options": False,
-    "background_rows": 0,
-    "background_frames": 48,
-}
-BACKGROUND_KNOBS = ("background_rows", "background_frames")  # out of the folder hash while off: old folders reused
 MAX_NEW_TOKENS = 8
 # Every value is one word and both scores read the answer's first word (``normalize``; ``choose`` finds the option
 # it names), so decoding stops once that word has ended: a word character followed by any other.
 FIRST_WORD = r"[\w'][^\w']"
-
-
-def _fraction(name: str, value: float) -> float:
-    if not 0 <= value <= 1:
-        raise ConfigError(f"benchmark.options.{name}={value} must lie in [0, 1]")
-    return float(value)
-
-
-def _span(name: str, value: list[float]) -> tuple[float, float]:
-    lo, hi = (float(v) for v in value)
-    if not 0 <= lo <= hi <= 1:
-        raise ConfigError(f"benchmark.options.{name}={list(value)} must be [lo, hi] with 0 <= lo <= hi <= 1")
-    return lo, hi
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """The generator's parameters, checked (``benchmark.options`` over :data:`DEFAULTS`)."""
-
-    n_videos: int
-    frames: int
-    fps: int
-    grid: tuple[int, int]
-    patch: int
-    scene_frames: int
-    n_needles: int
-    needle_span: tuple[float, float]
-    needle_frames: int
-    n_distractors: int
-    distractor_similarity: float
-    mc_fraction: float
-    streaming_fraction: float
-    question_delay: tuple[float, float]
-    scene_questions: int
-    show_options: bool
-    background_rows: int
-    background_frames: int
-
-    @classmethod
-    def from_options(cls, options: dict[str, Any]) -> "Knobs":
-        unknown = sorted(set(options) - set(DEFAULTS))
-        if unknown:
-            raise ConfigError(
-                f"benchmark.options has unknown keys {unknown} for benchmark=symbolic; known: {', '.join(DEFAULTS)}"
-            )
-        o = {**DEFAULTS, **options}
-        knobs = cls(
-            n_videos=int(o["n_videos"]),
-            frames=int(o["frames"]),
-            fps=int(o["fps"]),
-            grid=(int(o["grid"][0]), int(o["grid"][1])),
-            patch=int(o["patch"]),
-            scene_frames=int(o["scene_frames"]),
-            n_needles=int(o["n_needles"]),
-            needle_span=_span("needle_span", o["needle_span"]),
-            needle_frames=int(o["needle_frames"]),
-            n_distractors=int(o["n_distractors"]),
-            distractor_similarity=_fraction("distractor_similarity", o["distractor_similarity"]),
-            mc_fraction=_fraction("mc_fraction", o["mc_fraction"]),
-            streaming_fraction=_fraction("streaming_fraction", o["streaming_fraction"]),
-            question_delay=_span("question_delay", o["question_delay"]),
-            scene_questions=int(o["scene_questions"]),
-            show_options=bool(o["show_options"]),
-            background_rows=int(o["background_rows"]),
-            background_frames=int(o["background_frames"]),
-        )
-        knobs.check()
-        return knobs
-
-    def check(self) -> None:
-        if not 0 <= self.n_needles <= MAX_NEEDLES:
-            raise ConfigError(
-                f"benchmark.options.n_needles={self.n_needles} must lie in [0, {MAX_NEEDLES}] "
-                f"({len(KINDS)} kinds: {', '.join(k.name for k in KINDS)}; each with "
-                f"{MAX_NEEDLES // len(KINDS)} subjects)"
-            )
-        events = (self.n_needles + self.n_distractors) * self.needle_frames
-        if min(self.n_videos, self.fps, self.scene_frames, self.needle_frames, *self.grid) < 1 or events >= self.frames:
-            raise ConfigError(
-                f"benchmark.options: n_videos, fps, scene_frames, needle_frames and grid must be >= 1 and "
-                f"the events ({events} frames) fewer than frames={self.frames}"
-            )
-        starts = self.needle_starts()
-        if any(b - a < self.needle_frames for a, b in zip(starts, starts[1:])):
-            raise ConfigError(
-                f"benchmark.options.needle_span={list(self.needle_span)} is too narrow for "
-                f"{self.n_needles} needles of needle_frames={self.needle_frames} in {self.frames} frames "
-                f"(they would overlap at frames {starts}): widen needle_span, or lower n_needles or "
-                f"needle_frames"
-            )
-        if not 0 <= self.background_rows < self.grid[0] or self.background_frames < 1:
-            raise ConfigError(
-                f"benchmark.options.background_rows={self.background_rows} must lie in [0, {self.grid[0] - 1}] "
-                f"(the grid's rows less one, for the events) and background_frames={self.background_frames} be >= 1"
-            )
-        glyphs.frame_size(self.grid, self.patch)  # checks the patch size
-
-    def needle_starts(self) -> list[int]:
-        """First frames of the needles, evenly spread over ``needle_span``: the centres of n equal slices of it."""
-        lo, hi = self.needle_span
-        n, last = self.n_needles, self.frames - self.needle_frames
-        return [min(last, round((lo + (hi - lo) * (i + 0.5) / n) * self.frames)) for i in range(n)]
-
-    @property
-    def tag(self) -> str:
-        """Folder name: the parameters' hash (with the seed added by the caller)."""
-        knobs = dict(self.__dict__)
-        if not self.background_rows:
-            for key in BACKGROUND_KNOBS:
-                del knobs[key]
-        blob = json.dumps({"version": VERSION, **knobs}, sort_keys=True, default=list)
-        return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
 
 def _hms(seconds: float) -> str:
@@ -200,8 +57,8 @@ def _depth_bin(fraction: float) -> str:
 class _Video:
     """One generated video: a timeline of frame texts, and its question rows."""
 
-    def __init__(self, knobs: Knobs, rng: np.random.Generator, video_id: str) -> None:
-        self.k, self.rng, self.video_id = knobs, rng, video_id
+    def __init__(self, knobs: Knobs, rng: np.random.Generator, video_id: str, lengths: np.random.Generator) -> None:
+        self.k, self.rng, self.video_id, self.length_rng = knobs, rng, video_id, lengths
         self.lines = self._scenes()
         self.rows: list[dict[str, Any]] = []
         order = rng.permutation(len(KINDS))
@@ -213,8 +70,8 @@ class _Video:
         free = self._free_starts(starts)
         for (kind, subject), start in zip(needles, starts):
             value = {**kind.draw(rng), "subject": subject}
-            self._place(start, kind.statement(value))
-            self._ask_needle(kind, value, start)
+            end = self._place(start, kind.statement(value))
+            self._ask_needle(kind, value, start, end)
         lured = needles or [(kind, kind.subjects[0]) for kind in KINDS]  # no needles: lures of every kind
         for j, start in enumerate(free):
             kind, subject = lured[j % len(lured)]
@@ -239,8 +96,8 @@ class _Video:
         return lines[: self.k.frames]
 
     def _free_starts(self, taken: list[int]) -> list[int]:
-        """Distractor positions: random frames whose events do not overlap a needle's."""
-        width = self.k.needle_frames
+        """Distractor positions: random frames whose events do not overlap a needle's (at the longest length)."""
+        width = max(self.k.lengths)
         free = [s for s in range(self.k.frames - width + 1) if all(abs(s - t) >= width for t in taken)]
         chosen: list[int] = []
         for s in self.rng.permutation(free):
@@ -250,9 +107,14 @@ class _Video:
                 chosen.append(int(s))
         return sorted(chosen)
 
-    def _place(self, start: int, line: str) -> None:
-        for f in range(start, start + self.k.needle_frames):
+    def _place(self, start: int, line: str) -> int:
+        """An event from ``start`` for its length (drawn from ``needle_frames``' lengths when there are several, from
+        a stream of its own: the rest of the video is drawn as with one length); its end frame."""
+        lengths = self.k.lengths
+        end = start + (lengths[0] if len(lengths) == 1 else int(self.length_rng.choice(lengths)))
+        for f in range(start, end):
             self.lines[f] = line
+        return end
 
     # -- questions ------------------------------------------------------------------------------------------------
     def _asked_at(self, end: int) -> float | None:
@@ -292,18 +154,18 @@ class _Video:
             }
         )
 
-    def _ask_needle(self, kind: NeedleKind, value: dict[str, str], start: int) -> None:
+    def _ask_needle(self, kind: NeedleKind, value: dict[str, str], start: int, end: int) -> None:
         choices = None
         if self.rng.random() < self.k.mc_fraction:
             choices = [value["value"], *kind.other_values(value["value"], 3, self.rng)]
         self._add(
             kind.name,
             kind.question.format(**value),
-            kind.answer_prefix.format(**value),
+            kind.cue(self.k.answer_cue).format(**value),
             value["value"],
             choices,
             start,
-            start + self.k.needle_frames,
+            end,
         )
 
     def _ask_scene(self, j: int) -> None:
@@ -362,11 +224,14 @@ def generate(folder: Path, knobs: Knobs, seed: int) -> Path:
     events = (grid_rows - knobs.background_rows) * cols
     rows: list[dict[str, Any]] = []
     for v in range(knobs.n_videos):
-        video = _Video(knobs, np.random.default_rng([seed, v]), f"symbolic_{v:03d}")
+        video = _Video(
+            knobs, np.random.default_rng([seed, v]), f"symbolic_{v:03d}", np.random.default_rng([seed, v, 2])
+        )
         frames = _padded(tokenizer, video.lines, events, "scenes and events", knobs)
-        if knobs.background_rows:  # its own random stream: the events and questions are those of the plain kind
-            background = _backgrounds(knobs, np.random.default_rng([seed, v, 1]))
-            below = _padded(tokenizer, background, knobs.background_rows * cols, "background", knobs)
+        for row in range(knobs.background_rows):  # each row its own line, held on its own random stream: the
+            # events and questions are those of the plain kind (row 0's stream is the one background row's)
+            background = _backgrounds(knobs, np.random.default_rng([seed, v, 1, row] if row else [seed, v, 1]))
+            below = _padded(tokenizer, background, cols, "background", knobs)
             frames = [top + bottom for top, bottom in zip(frames, below)]
         tokens = np.array(frames).reshape(knobs.frames, *knobs.grid)
         path = folder / "videos" / f"{video.video_id}.mp4"
@@ -378,8 +243,9 @@ def generate(folder: Path, knobs: Knobs, seed: int) -> Path:
     tmp = annotations.with_name(f".annotations.{os.getpid()}.json")
     tmp.write_text(json.dumps(rows, indent=1))
     tmp.replace(annotations)
+    recorded = {k: v for k, v in knobs.__dict__.items() if k not in INERT or v != INERT[k]}
     (folder / "generator.json").write_text(
-        json.dumps({"version": VERSION, "seed": seed, **knobs.__dict__}, indent=1, default=list)
+        json.dumps({"version": VERSION, "seed": seed, **recorded}, indent=1, default=list)
     )
     return annotations
 
@@ -392,6 +258,7 @@ class Symbolic(AnnotatedBenchmark):
     name = "symbolic"
     streaming = True
     option_keys = tuple(DEFAULTS)
+    option_defaults = DEFAULTS
     id_field = "question_id"
     video_field = "video_id"
     category_fields = {"task_type": "task_type", "format": "format", "mode": "mode", "depth": "depth"}

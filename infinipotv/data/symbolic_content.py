@@ -98,6 +98,12 @@ class NeedleKind:
     subjects: tuple[str, ...]
     draw: Callable[[np.random.Generator], Value]
     lures: tuple[str, str, str]  # least to most similar to the needle's line; may use {subject} and {value}
+    kind_cue: str  # an answer cue naming the kind of value only: none of the line's own words but common ones
+
+    def cue(self, answer_cue: str) -> str:
+        """The answer cue a question ends with: the line's opening words (``line``, "The {subject} code is") or the
+        kind of value alone (``kind``, "The number is")."""
+        return self.answer_prefix if answer_cue == "line" else self.kind_cue
 
     def statement(self, value: Value) -> str:
         return self.template.format(**value)
@@ -129,6 +135,7 @@ KINDS = (
         ("secret", "door", "safe", "alarm", "locker"),
         _code,
         ("A bird flies past the window.", "The room number is {value}.", "The old code is {value}."),
+        "The code number is",
     ),
     NeedleKind(
         "name",
@@ -138,6 +145,7 @@ KINDS = (
         ("visitor", "pilot", "doctor", "driver", "teacher"),
         _pick(NAMES),
         ("A phone rings in the hall.", "The cook's name is {value}.", "The {subject}'s dog is {value}."),
+        "The name is",
     ),
     NeedleKind(
         "count",
@@ -147,6 +155,7 @@ KINDS = (
         ("table", "drawer", "bowl", "crate", "tray"),
         _count,
         ("Rain taps on the glass.", "The shelf holds {value} {item}.", "The {subject} held {value} {item}."),
+        "The number is",
     ),
     NeedleKind(
         "hour",
@@ -156,6 +165,7 @@ KINDS = (
         ("train", "ferry", "plane", "coach", "tram"),
         _hour,
         ("A dog barks outside.", "The bus leaves at {value} o'clock.", "The {subject} left at {value} o'clock."),
+        "It departs at",
     ),
     NeedleKind(
         "age",
@@ -165,6 +175,7 @@ KINDS = (
         ("old sailor", "farmer", "painter", "baker", "tailor"),
         _age,
         ("The lights flicker.", "The young cook is {value} years old.", "The {subject} was {value} years old."),
+        "The age is",
     ),
 )
 MAX_NEEDLES = len(KINDS) * min(len(kind.subjects) for kind in KINDS)

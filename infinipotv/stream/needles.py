@@ -10,6 +10,8 @@ found), the frames since the last chunk boundary included. Two shares, means ove
 - ``share``: the share of the vision tokens the answer read that lie on the evidence frames (how much of the
   memory, or of the retrieval buffer, the needle occupies).
 
+Every answer also records how many vision tokens it read (:func:`video_tokens_read`), evidence or not.
+
 Stream ids number vision tokens in stream order (:class:`~infinipotv.stream.video_state.VideoState`); a chunk of
 raw frames maps to a contiguous run of them, each model frame (Qwen merges 2 raw frames) to ``tokens_per_frame``
 consecutive ids, so the evidence's ids follow from the chunks' extents alone.
@@ -44,6 +46,13 @@ def evidence_ids(extents: list[Extent], first: int, end: int, frames_per_step: i
         m_lo, m_hi = (lo - e.raw_first) // frames_per_step, -(-(hi - e.raw_first) // frames_per_step)
         found.append(torch.arange(e.id_first + m_lo * per_frame, e.id_first + m_hi * per_frame))
     return torch.cat(found) if found else torch.empty(0, dtype=torch.long)
+
+
+def video_tokens_read(read: list[torch.Tensor]) -> float:
+    """The vision tokens an answer read, per layer and KV head (the mean): what equal accelerator memory spends on
+    an answer, which a retrieval reads less of than it holds (``read`` as :func:`needle_stats` takes it)."""
+    counts = [float((ids.reshape(-1, ids.shape[-1]) >= 0).sum(dim=-1).float().mean()) for ids in read]
+    return sum(counts) / len(counts) if counts else 0.0
 
 
 def needle_stats(read: list[torch.Tensor], evidence: torch.Tensor) -> dict[str, float] | None:

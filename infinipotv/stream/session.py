@@ -31,7 +31,7 @@ from infinipotv.kv.cache import StreamCache
 from infinipotv.kv.store import FullPrecisionStore, KVStore
 from infinipotv.models.base import ModelAdapter, VisionChunk
 from infinipotv.stream.method import Asked, StreamingMethod, View, build_method
-from infinipotv.stream.needles import Extent, evidence_ids, needle_stats
+from infinipotv.stream.needles import Extent, evidence_ids, needle_stats, video_tokens_read
 from infinipotv.stream.schedule import ByteCap
 from infinipotv.stream.trace import PassClock, PeakMemory, TraceStep, sync
 from infinipotv.stream.video_state import VideoState
@@ -47,6 +47,8 @@ class Answer:
     reference: "Answer | None" = None  # the same question answered from the uncompressed cache, when enabled
     ttft_s: float = 0.0  # from the question to its first token's logits, retrieval included
     accelerator_bytes: int = 0  # the cache's stores, the method's accelerator state and the view's buffers
+    host_bytes: int = 0  # what the method holds in host memory while answering (an answer never changes it)
+    video_tokens_read: float = 0.0  # vision tokens the prompt read, per layer and KV head (stream.needles)
     gate: dict | None = None  # an answer-time branch's record (WeaveTime: the branch that ran and its entropy)
     needle: dict[str, float] | None = None  # what the answer read of the question's evidence (stream.needles)
 
@@ -298,15 +300,17 @@ class StreamingSession:
                 out = self._decode(cache, logits, position, max_new_tokens, stop)
                 break
         held = self._accelerator_bytes(view) if cache is self.video.cache else sum(cache.nbytes().values())
-        needle = None if evidence is None else needle_stats(self._read_ids(cache, view, tail_ids), evidence)
+        read = self._read_ids(cache, view, tail_ids)
         return Answer(
             text=a.decode(out),
             tokens=out,
             first_logprobs=first,
             ttft_s=ttft,
             accelerator_bytes=held,
+            host_bytes=method.host_bytes(self.video) if method is not None else 0,
+            video_tokens_read=video_tokens_read(read),
             gate=gate,
-            needle=needle,
+            needle=None if evidence is None else needle_stats(read, evidence),
         )
 
     @staticmethod

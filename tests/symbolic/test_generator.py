@@ -11,6 +11,7 @@ import pytest
 from infinipotv.config import BenchmarkConfig, ConfigError
 from infinipotv.data.loading import hms_seconds
 from infinipotv.data.symbolic import Symbolic, choose, normalize
+from infinipotv.data.symbolic_content import KINDS
 from infinipotv.data.video import FramePlan, decode_planned
 from infinipotv.models import glyphs
 
@@ -131,6 +132,61 @@ def test_the_background_kind_adds_a_static_row_under_the_same_events(tmp_path):
         assert starts and all(12 <= y - x <= 20 for x, y in zip([0, *starts], starts))
         assert len({row[s] for s in [0, *starts]}) > 1
     assert bench(tmp_path, background_frames=7).folder == plain.folder != kind.folder
+
+
+def test_the_kind_cue_names_the_kind_of_value_never_the_needles_line(tmp_path):
+    """answer_cue=kind: the same videos and questions, each question's cue the kind of value alone (shared by every
+    subject of its kind, so it singles out no needle and repeats no line's opening words); the default cue is the
+    line's opening words. A folder made before the knob existed is reused for the default."""
+    line, kind = bench(tmp_path, n_needles=5), bench(tmp_path, n_needles=5, answer_cue="kind")
+    (_, v_line), (q_kind, v_kind) = snapshot(line), snapshot(kind)
+    assert all(np.array_equal(a, b) for a, b in zip(v_line, v_kind))
+    rows_line = json.loads(line.annotations.read_text())
+    rows_kind = json.loads(kind.annotations.read_text())
+    cues = {k.name: k.kind_cue for k in KINDS}
+    for a, b in zip(rows_line, rows_kind):
+        assert {**a, "answer_prefix": None} == {**b, "answer_prefix": None}
+        assert b["answer_prefix"] == cues[b["task_type"]] != a["answer_prefix"]
+        subject = a["answer_prefix"].split()[1].rstrip("'s")
+        assert subject not in b["answer_prefix"] and a["answer_prefix"] not in b["answer_prefix"]
+    assert all(q[1].endswith(f"Answer: {cues[q[4]['task_type']]}") for q in q_kind)
+    assert bench(tmp_path, answer_cue="line").folder == line.folder
+
+
+def test_needle_lengths_are_drawn_per_event_from_the_list(tmp_path):
+    """needle_frames=[3, 6]: every needle and distractor event lasts 3 or 6 frames (both occur), a needle's question
+    names its own span, and the draws come from a stream of their own: the needles' kinds, values and places are those
+    of the stream whose every event has the longest length."""
+    fixed = generated(tmp_path, n_videos=4, n_needles=5, needle_frames=6)
+    drawn_bench = bench(tmp_path, n_videos=4, n_needles=5, needle_frames=[3, 6])
+    drawn = generated(tmp_path, n_videos=4, n_needles=5, needle_frames=[3, 6])
+    spans = [hms_seconds(r["evidence"][1]) * 2 - hms_seconds(r["evidence"][0]) * 2 for r in drawn]
+    assert set(spans) == {3, 6}
+    assert [(r["question"], r["evidence"][0], r["answer"]) for r in drawn] == [
+        (r["question"], r["evidence"][0], r["answer"]) for r in fixed
+    ]
+    frames = [glyphs.decode(v) for v in snapshot(drawn_bench)[1]]
+    for rows, ids in zip([drawn[i : i + 5] for i in range(0, 20, 5)], frames):
+        for r in rows:
+            first, end = (int(hms_seconds(t) * 2) for t in r["evidence"])
+            assert all(np.array_equal(ids[f], ids[first]) for f in range(first, end))
+            assert not np.array_equal(ids[end], ids[first])
+
+
+def test_several_background_rows_hold_a_line_each(tmp_path):
+    """background_rows=3 on a 6 x 4 grid: the top three rows are the plain 3 x 4 stream token for token; each lower
+    row holds its own background line, held for stretches, on its own random stream (row 0 is the one-row kind's)."""
+    plain = bench(tmp_path)
+    one = bench(tmp_path, grid=[4, 4], background_rows=1, background_frames=16)
+    three = bench(tmp_path, grid=[6, 4], background_rows=3, background_frames=16)
+    (q_plain, v_plain), (_, v_one), (q_three, v_three) = snapshot(plain), snapshot(one), snapshot(three)
+    assert [q[1:] for q in q_three] == [q[1:] for q in q_plain]
+    for a, b, c in zip(v_plain, v_one, v_three):
+        top, one_row, rows = glyphs.decode(a), glyphs.decode(b), glyphs.decode(c)
+        assert np.array_equal(rows[:, :3], top) and np.array_equal(rows[:, 3], one_row[:, 3])
+        lines = [[tuple(x) for x in rows[:, r]] for r in (3, 4, 5)]
+        assert lines[0] != lines[1] != lines[2]
+        assert all(len(set(line)) > 1 for line in lines)
 
 
 def test_short_answers_and_choices_are_read_from_the_completion():
