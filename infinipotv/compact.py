@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infinipotv.answers import changed
-from infinipotv.data import Question
+from infinipotv.answers import Asked, answer_again
 from infinipotv.rundir import (
     COMPACT,
     CONFIG,
@@ -79,10 +78,11 @@ def recorded_metrics(run_dir: Path, asked: Sequence[str]) -> dict[str, Any] | No
     return metrics if [str(q) for q in metrics["question_ids"]] == list(asked) else None
 
 
-def check_restream(run_dir: Path, questions: dict[str, Question], retry_errors: bool) -> None:
+def check_restream(run_dir: Path, questions: Asked, retry_errors: bool) -> None:
     """Refuse, in one line and before anything is touched, a compact run that would answer a question again: one
-    without an answer, an error record under ``retry_errors``, an answer whose question changed since. Its metrics
-    would be counted from a trace that holds one video."""
+    without an answer, an error record under ``retry_errors``, an answer the resume does not keep
+    (:func:`infinipotv.answers.answer_again`: its question changed since, a field the metrics cannot read). Its
+    metrics would be counted from a trace that holds one video."""
     if not (run_dir / COMPACT).is_file():
         return
     records, _ = read_jsonl(run_dir / PREDICTIONS)
@@ -91,7 +91,7 @@ def check_restream(run_dir: Path, questions: dict[str, Question], retry_errors: 
         for r in records
         if str(r.get("question_id")) in questions
         and not (retry_errors and r.get("error") is not None)
-        and changed(r, questions) is None
+        and answer_again(r, questions) is None
     }
     again = [qid for qid in questions if qid not in kept]
     if again:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from infinipotv.answers import RunFailed, changed, failure
+from infinipotv.answers import Asked, RunFailed, answer_again, asked_of, failure
 from infinipotv.compact import check_restream, recorded_metrics
 from infinipotv.config import RunConfig
 from infinipotv.data import Benchmark, Question, VideoSample
@@ -330,21 +330,21 @@ def _drop_partial_traces(path: Path, restream: set[str]) -> None:
     kept = []
     for line in lines:
         step = parse_line(line)[0]
-        if not (isinstance(step, dict) and step.get("video_id") in restream):
-            kept.append(line)
+        if not (isinstance(step, dict) and isinstance(step.get("video_id"), str) and step["video_id"] in restream):
+            kept.append(line)  # a step of a finished video, or one the metrics leave out (memory_file.trace_steps)
     if len(kept) < len(lines):
         rewrite(path, b"".join(kept))
 
 
-def _todo(run_dir: Path, samples: list[VideoSample], retry_errors: bool) -> set[str]:
+def _todo(run_dir: Path, samples: list[VideoSample], questions: Asked, retry_errors: bool) -> set[str]:
     """The ids of the questions already answered: one record per question of this run is kept
     (:func:`infinipotv.rundir.sort_predictions`: a second answer, a foreign id or an unreadable line is set aside,
     with one warning); with ``retry_errors`` the error records are dropped, so those questions run again. An answer
-    to a question whose annotation changed since (:func:`infinipotv.answers.changed`) is set aside too, and the
-    question answered again: the other answers stay valid, as each question leaves the memory as it found it."""
+    the metrics cannot read, or to a question whose annotation or video changed since
+    (:func:`infinipotv.answers.answer_again`), is set aside too, and the question answered again: the other answers
+    stay valid, as each question leaves the memory as it found it."""
     path = run_dir / PREDICTIONS
-    questions = {q.qid: q for s in samples for q in s.questions}
-    found = sort_predictions(path, questions, drop_errors=retry_errors, stale=lambda r: changed(r, questions))
+    found = sort_predictions(path, questions, drop_errors=retry_errors, stale=lambda r: answer_again(r, questions))
     warning = found.warning(path)
     if warning:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
@@ -405,8 +405,9 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
     bench = build_benchmark(cfg)
     samples = select(bench.samples(), cfg.benchmark)
     asked = [q.qid for s in samples for q in s.questions]
-    check_restream(run_dir, {q.qid: q for s in samples for q in s.questions}, cfg.retry_errors)
-    done = _todo(run_dir, samples, cfg.retry_errors)
+    questions = asked_of(samples)
+    check_restream(run_dir, questions, cfg.retry_errors)
+    done = _todo(run_dir, samples, questions, cfg.retry_errors)
     print(f"run directory: {run_dir}", file=sys.stderr, flush=True)  # the end summary repeats it
     if done:
         print(f"resumed: {len(done)} of {len(asked)} already answered", file=sys.stderr, flush=True)

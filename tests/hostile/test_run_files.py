@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from infinipotv.data.rescore import SkippedInput
+from infinipotv.data.rescore import main as rescore_main
 from infinipotv.job import _drop_partial_traces, run_job
 from infinipotv.results.collect import load_run
 from infinipotv.rundir import CONFIG, PREDICTIONS, REJECTED, RunDirError, claim, rewrite
@@ -315,3 +317,23 @@ def test_the_file_size_limit_stops_the_run_in_one_line_and_loses_nothing(tmp_pat
     assert resumed.returncode == 0, resumed.stderr
     final = (run_dir / PREDICTIONS).read_bytes()
     assert final.startswith(written) and final == (tmp_path / "whole" / PREDICTIONS).read_bytes()
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [("output", 5, "output is 5, not a text"), ("options", "A. red", 'options is "A. red", not a mapping of letters')],
+    ids=["output-a-number", "options-a-text"],
+)
+def test_rescore_and_the_aggregator_skip_a_prediction_they_cannot_parse(copy, capsys, field, value, said):
+    """Rescore and the aggregator skip a prediction whose output or options they cannot parse, naming its line
+
+    An output that is not text (5) or options given as a text: a warning names the file, line and field, and the
+    other answers are scored."""
+    path = copy / PREDICTIONS
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(json.dumps({**json.loads(lines[0]), field: value}).encode() + b"\n" + b"".join(lines[1:]))
+    assert rescore_main([str(copy)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and f"{path} line 1: {said}" in warnings[0], warnings
+    with pytest.warns(SkippedInput, match=f"line 1: {said}"):
+        assert len(load_run(copy).predictions) == len(lines) - 1
