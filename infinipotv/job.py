@@ -36,7 +36,7 @@ from infinipotv.memory_file import cut_step, is_number, trace_steps, warn_cut
 from infinipotv.models.base import ModelAdapter, resize_frames
 from infinipotv.ownership import check_ours
 from infinipotv.progress import Progress
-from infinipotv.provenance import now, provenance
+from infinipotv.provenance import earlier_sittings, now, provenance, sitting
 from infinipotv.rundir import (
     MEMORY,
     METRICS,
@@ -61,16 +61,21 @@ def read_predictions(path: Path) -> list[dict[str, Any]]:
 class _Appender:
     """Append JSON lines, each written whole and fsynced (a SIGKILL loses at most the line being written). A write
     the system refuses (a full disk, the file-size limit) is rolled back to the last whole line and stops the job
-    with one line (:func:`infinipotv.rundir.unwritable`): everything written before is kept."""
+    with one line (:func:`infinipotv.rundir.unwritable`): everything written before is kept. ``before_first`` runs
+    once, before the first line (the answers' provenance goes down before them)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, before_first: Callable[[], None] | None = None) -> None:
         self.path = path
+        self.before_first = before_first
         try:
             self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as err:
             raise unwritable(path, err) from None
 
     def write(self, record: dict) -> None:
+        if self.before_first is not None:
+            self.before_first()
+            self.before_first = None
         data = (json.dumps(record) + "\n").encode()
         end = os.fstat(self.fd).st_size
         try:
@@ -399,7 +404,7 @@ def _file_size_errors() -> Iterator[None]:
 
 
 def _run(cfg: RunConfig, run_dir: Path) -> dict:
-    prov = provenance(cfg.seed)
+    this = sitting(cfg.threads)
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     bench = build_benchmark(cfg)
@@ -414,8 +419,13 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
     recorded = recorded_metrics(run_dir, asked) if done.issuperset(asked) else None
     if recorded is not None:  # finished before: its metrics and provenance stay as that run wrote them
         return recorded
+    sittings = [*earlier_sittings(run_dir / PROVENANCE, answered=bool(done)), this]
+
+    def record_sittings() -> None:
+        rewrite(run_dir / PROVENANCE, json.dumps(provenance(cfg.seed, sittings), indent=2))
+
     parts: Parts | None = None
-    out, memory = _Appender(run_dir / PREDICTIONS), _Appender(run_dir / MEMORY)
+    out, memory = _Appender(run_dir / PREDICTIONS, before_first=record_sittings), _Appender(run_dir / MEMORY)
     streamed = [s for s in samples if s.error is None and any(q.qid not in done for q in s.questions)]
     following = dict(zip((s.video_id for s in streamed), streamed[1:]))  # the video that streams after each
     ahead = SourcesAhead(lambda s: sample_frames(s, cfg, session.adapter))
@@ -462,8 +472,8 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
         metrics["time"]["ttft_s"] = {"mean": float(np.mean(times)), "median": float(np.median(times)), "n": len(times)}
         metrics["time"]["ttft_s_by_question"] = ttft
     rewrite(run_dir / METRICS, json.dumps(metrics, indent=2))
-    prov["end"] = now()
-    rewrite(run_dir / PROVENANCE, json.dumps(prov, indent=2))
+    this["end"] = now()
+    record_sittings()
     return metrics
 
 
