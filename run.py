@@ -31,9 +31,11 @@ from infinipotv.rundir import RunDirError, check_usable
 from infinipotv.threads import use_threads
 
 register_configs()
-#: What the folder of a ``run_dir=`` held before Hydra wrote there (None: there was none), taken by ``_check_args``:
-#: a failed start removes only what it added.
+#: What the folder of a ``run_dir=`` or ``hydra.run.dir=`` held before Hydra wrote there (None: there was none),
+#: taken by ``_check_args``: a failed start removes only what it added.
 _FOUND: dict[str, frozenset[str] | None] = {}
+#: The Hydra override that names the folder of a single run, as ``run_dir=`` does (conf/config.yaml).
+_HYDRA_RUN_DIR = "hydra.run.dir"
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -67,13 +69,16 @@ def main(dcfg: DictConfig) -> dict:
 
 
 def _found_before(dcfg: DictConfig) -> frozenset[str] | None:
-    """What the run directory held before this start: as ``_check_args`` found a ``run_dir=`` folder; nothing for
-    Hydra's own unique folder of a single run; else (a sweep's job, whose folder may hold its earlier run) what it
-    holds now, Hydra's files of this start included, so that they are kept."""
-    output_dir = os.path.abspath(HydraConfig.get().runtime.output_dir)
+    """What the run directory held before this start: as ``_check_args`` found a folder named by ``run_dir=`` or
+    ``hydra.run.dir=``; nothing for Hydra's own unique folder of a single run; else (a sweep's job, whose folder may
+    hold its earlier run, or a named folder ``_check_args`` could not resolve) what it holds now, Hydra's files of
+    this start included, so that they are kept."""
+    hydra = HydraConfig.get()
+    output_dir = os.path.abspath(hydra.runtime.output_dir)
     if output_dir in _FOUND:
         return _FOUND[output_dir]
-    if not dcfg.get("run_dir") and HydraConfig.get().mode == RunMode.RUN:
+    named = dcfg.get("run_dir") or any(o.lstrip("+").startswith(f"{_HYDRA_RUN_DIR}=") for o in hydra.overrides.hydra)
+    if not named and hydra.mode == RunMode.RUN:
         return None
     return inventory(Path(output_dir))
 
@@ -84,16 +89,18 @@ def _discard(dcfg: DictConfig, found: frozenset[str] | None) -> None:
 
 def _check_args(argv: list[str]) -> None:
     """Refused in one line before Hydra starts, where Hydra would end in its own traceback or write into a folder
-    not ours: a ``run_dir=`` that cannot hold a run (a file, a read-only folder; Hydra writes its files there first)
-    or that holds files no run wrote, and an ``experiment=`` file that is not plain YAML (a tag, bad syntax or
-    encoding). What a ``run_dir=`` folder holds is noted, so that a failed start removes only what it added."""
+    not ours: a ``run_dir=`` or ``hydra.run.dir=`` that cannot hold a run (a file, a link to nothing, a read-only
+    folder; Hydra writes its files there first) or that holds files no run wrote, and an ``experiment=`` file that is
+    not plain YAML (a tag, bad syntax or encoding). What such a folder holds is noted, so that a failed start removes
+    only what it added."""
     given = dict(a.lstrip("+").split("=", 1) for a in argv if "=" in a)
     try:
-        if given.get("run_dir") not in (None, "", "null"):
-            run_dir = Path(given["run_dir"])
-            check_usable(run_dir)
-            check_ours(run_dir)  # before Hydra writes its .hydra/ and log there
-            _FOUND[os.path.abspath(run_dir)] = inventory(run_dir)
+        for key in ("run_dir", _HYDRA_RUN_DIR):
+            if given.get(key) not in (None, "", "null"):
+                run_dir = Path(given[key])
+                check_usable(run_dir, key)
+                check_ours(run_dir, key)  # before Hydra writes its .hydra/ and log there
+                _FOUND[os.path.abspath(run_dir)] = inventory(run_dir)
         if given.get("experiment"):
             path = Path(__file__).parent / "experiments" / f"{given['experiment']}.yaml"
             if path.is_file():  # a missing one is Hydra's own one-line error

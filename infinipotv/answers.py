@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
-from infinipotv.data.base import Question
+from infinipotv.data.base import Question, VideoSample
+from infinipotv.data.rescore import why_not_a_prediction
 
 
 class RunFailed(RuntimeError):
@@ -32,18 +34,33 @@ def failure(records: list[dict[str, Any]]) -> str | None:
 #: What a record keeps of the question it answers (:func:`infinipotv.job._record`): a resume compares it with the
 #: annotations.
 QUESTION_FIELDS = ("prompt", "options", "gold", "time_s", "categories")
+#: A question of the run with the video it is asked of, by question id.
+Asked = dict[str, tuple[Question, str]]
 
 
-def changed(record: dict[str, Any], questions: dict[str, Question]) -> str | None:
-    """Why ``record`` no longer answers its question, or None: the annotations were edited since (its text, options,
-    gold, time or categories differ from what the record kept)."""
-    q = questions[str(record["question_id"])]
-    for key in QUESTION_FIELDS:
-        now = json.loads(json.dumps(getattr(q, key)))  # as the record holds it (tuples as lists)
-        if key in record and record[key] != now:
-            was, shown = (_short(v) for v in (record[key], now))
-            return f"question {q.qid!r} changed since it was answered ({key}: {was} -> {shown}): answered again"
+def asked_of(samples: Iterable[VideoSample]) -> Asked:
+    """Each question of ``samples`` with its video, by id: what :func:`changed` compares a record with."""
+    return {q.qid: (q, s.video_id) for s in samples for q in s.questions}
+
+
+def changed(record: dict[str, Any], question: Question, video_id: str) -> str | None:
+    """Why ``record`` no longer answers ``question``, asked of ``video_id``, or None: the annotations were edited
+    since (its text, options, gold, time or categories differ from what the record kept, or it is asked of another
+    video: the answer read that one's frames)."""
+    now = {key: json.loads(json.dumps(getattr(question, key))) for key in QUESTION_FIELDS}  # as a record holds it
+    for key, value in {"video_id": video_id, **now}.items():
+        if key in record and record[key] != value:
+            was, shown = (_short(v) for v in (record[key], value))
+            return f"question {question.qid!r} changed since it was answered ({key}: {was} -> {shown}): answered again"
     return None
+
+
+def answer_again(record: dict[str, Any], questions: Asked) -> str | None:
+    """Why a record a resume found (of a question of the run) is not kept and its question is answered again, or
+    None: the metrics cannot read it (a field missing or of another kind: the rule the aggregator and ``rescore``
+    read by, as the trace's steps are checked), or its question changed since (:func:`changed`)."""
+    why = why_not_a_prediction(record, ("question_id", "video_id"))
+    return why or changed(record, *questions[str(record["question_id"])])
 
 
 def _short(value: Any) -> str:

@@ -6,9 +6,11 @@ A study (``experiments/study.sh``) writes its runs under ``results/runs/STUDY/``
 benchmark) stays whole while the run is unfinished, since a resume counts the memory peaks and frames from it, and is
 trimmed to one video once ``metrics.json`` holds the finished run's figures: the video the memory figure shows (the
 longest, the first by id among equals), so the figure draws the same from a clone. ``compact.json`` records what
-was trimmed. The study's own ``.gitignore`` (written here; the root one lets it decide) keeps the rest out: Hydra's
-``.hydra/`` and log, the lock, answers set aside. The study's committed runs must stay under ``--limit-mib`` (30
-MiB): over it, one line names the total and the largest files, and nothing is lost.
+was trimmed; it is written before the trace is cut, so no trimmed trace is ever without it. The study's own
+``.gitignore`` (written here; the root one lets it decide) keeps the rest out: Hydra's ``.hydra/`` and log, the lock,
+answers set aside. The study's committed runs must stay under ``--limit-mib`` (30 MiB): over it, one line names the
+total and the largest files, and nothing is changed. STUDY is a name, never a path (``.`` would compact every run
+under the runs folder), and everything is checked before the first file changes.
 
 A later sitting resumes from them: a finished run is returned as its ``metrics.json`` records it
 (:func:`recorded_metrics`), never recomputed; an unfinished one continues from its whole trace; a compact run that
@@ -27,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infinipotv.answers import changed
-from infinipotv.data import Question
+from infinipotv.answers import Asked, answer_again
 from infinipotv.rundir import (
     COMPACT,
     CONFIG,
@@ -79,10 +80,11 @@ def recorded_metrics(run_dir: Path, asked: Sequence[str]) -> dict[str, Any] | No
     return metrics if [str(q) for q in metrics["question_ids"]] == list(asked) else None
 
 
-def check_restream(run_dir: Path, questions: dict[str, Question], retry_errors: bool) -> None:
+def check_restream(run_dir: Path, questions: Asked, retry_errors: bool) -> None:
     """Refuse, in one line and before anything is touched, a compact run that would answer a question again: one
-    without an answer, an error record under ``retry_errors``, an answer whose question changed since. Its metrics
-    would be counted from a trace that holds one video."""
+    without an answer, an error record under ``retry_errors``, an answer the resume does not keep
+    (:func:`infinipotv.answers.answer_again`: its question changed since, a field the metrics cannot read). Its
+    metrics would be counted from a trace that holds one video."""
     if not (run_dir / COMPACT).is_file():
         return
     records, _ = read_jsonl(run_dir / PREDICTIONS)
@@ -91,7 +93,7 @@ def check_restream(run_dir: Path, questions: dict[str, Question], retry_errors: 
         for r in records
         if str(r.get("question_id")) in questions
         and not (retry_errors and r.get("error") is not None)
-        and changed(r, questions) is None
+        and answer_again(r, questions) is None
     }
     again = [qid for qid in questions if qid not in kept]
     if again:
@@ -114,20 +116,45 @@ def _video_steps(path: Path) -> tuple[list[bytes], list[Any], list[int]]:
     return lines, videos, frames
 
 
-def trim_trace(run_dir: Path) -> bool:
-    """Trim a finished run's memory.jsonl to the steps of its longest video (the first by id among equals: the one
-    the memory figure picks) and record it in compact.json; an unfinished run, or one trimmed before, is left as it
-    is. Returns whether it trimmed."""
-    path = run_dir / MEMORY
-    if (run_dir / COMPACT).exists() or not finished(run_dir) or not path.is_file():
+@dataclass
+class Trim:
+    """A finished run's memory.jsonl cut to one video, planned: the lines kept and the record of the cut."""
+
+    run_dir: Path
+    kept: bytes
+    record: str
+
+    def apply(self) -> None:
+        """The record first, then the trace: a kill between the two leaves a run marked compact whose trace is still
+        whole (a resume refuses to answer again, :func:`check_restream`; the next compaction finishes the trim),
+        never a trimmed trace without its record, which a resume would count from as if whole."""
+        rewrite(self.run_dir / COMPACT, self.record)
+        rewrite(self.run_dir / MEMORY, self.kept)
+
+
+def _trimmed(run_dir: Path) -> bool:
+    """Whether the run's memory.jsonl is what its compact.json says the trim left."""
+    try:
+        record = json.loads((run_dir / COMPACT).read_bytes())[MEMORY]
+        return (run_dir / MEMORY).stat().st_size == record["bytes_after"]
+    except (OSError, ValueError, TypeError, KeyError):
         return False
+
+
+def plan_trim(run_dir: Path) -> Trim | None:
+    """How to trim a finished run's memory.jsonl to the steps of its longest video (the first by id among equals:
+    the one the memory figure picks), recorded in compact.json; None for an unfinished run, or one trimmed before
+    (a trim a kill interrupted is planned again: the same video, :meth:`Trim.apply`)."""
+    path = run_dir / MEMORY
+    if not finished(run_dir) or not path.is_file() or _trimmed(run_dir):
+        return None
     lines, videos, frames = _video_steps(path)
     longest: dict[str, int] = {}
     for video, n in zip(videos, frames):
         if video is not None:
             longest[str(video)] = max(longest.get(str(video), -1), n)
     if not longest:
-        return False
+        return None
     keep = min(longest, key=lambda v: (-longest[v], v))
     kept = [line for line, video in zip(lines, videos) if video is not None and str(video) == keep]
     record = {
@@ -139,9 +166,7 @@ def trim_trace(run_dir: Path) -> bool:
             "bytes_after": sum(map(len, kept)),
         }
     }
-    rewrite(path, b"".join(kept))
-    rewrite(run_dir / COMPACT, json.dumps(record, indent=2) + "\n")
-    return True
+    return Trim(run_dir, b"".join(kept), json.dumps(record, indent=2) + "\n")
 
 
 def run_dirs(study: Path) -> list[Path]:
@@ -150,34 +175,36 @@ def run_dirs(study: Path) -> list[Path]:
 
 
 def committed_files(study: Path) -> list[Path]:
-    """The files git keeps of ``study`` under its .gitignore (:func:`write_ignore`): the study's, then each run's."""
+    """The files git keeps of ``study`` under its .gitignore (:func:`ignore_text`): the study's, then each run's."""
     files = [study / name for name in STUDY_FILES if (study / name).is_file()]
     for run in run_dirs(study):
         files += [run / name for name in RUN_FILES if (run / name).is_file()]
     return files
 
 
-def write_ignore(study: Path) -> Path:
-    """``study/.gitignore``: everything out but :data:`STUDY_FILES` and each run's :data:`RUN_FILES`."""
+def ignore_text() -> str:
+    """A study's ``.gitignore``: everything out but :data:`STUDY_FILES` and each run's :data:`RUN_FILES`."""
     lines = ["*", "!*/", *(f"!/{name}" for name in STUDY_FILES), *(f"!{name}" for name in RUN_FILES), ".hydra/"]
-    path = study / ".gitignore"
-    rewrite(path, IGNORE_HEADER + "\n".join(lines) + "\n")
-    return path
+    return IGNORE_HEADER + "\n".join(lines) + "\n"
 
 
 @dataclass
 class Summary:
-    """What :func:`compact_study` did and what the study commits."""
+    """What :func:`compact_study` does and what the study commits then (each file's size once compacted)."""
 
     study: Path
     runs: int = 0
     finished: int = 0
     trimmed: int = 0
-    files: list[Path] = field(default_factory=list)
+    sizes: dict[Path, int] = field(default_factory=dict)
+
+    @property
+    def files(self) -> list[Path]:
+        return list(self.sizes)
 
     @property
     def nbytes(self) -> int:
-        return sum(path.stat().st_size for path in self.files)
+        return sum(self.sizes.values())
 
     def line(self, limit_mib: float) -> str:
         return (
@@ -186,27 +213,47 @@ class Summary:
             f"(limit {limit_mib:g} MiB)"
         )
 
-
-def compact_study(study: Path, limit_mib: float = LIMIT_MIB) -> Summary:
-    """Trim the study's finished runs, write its .gitignore, and check what it commits against ``limit_mib``: over
-    it, a ValueError naming the total and the largest files (the runs stay as they are, trimmed or not)."""
-    if not study.is_dir():
-        raise ValueError(f"{study} is no folder: give the study's name (its runs are under results/runs/NAME/)")
-    summary = Summary(study)
-    for run in run_dirs(study):
-        summary.runs += 1
-        summary.finished += finished(run)
-        summary.trimmed += trim_trace(run)
-    write_ignore(study)
-    summary.files = committed_files(study)
-    if summary.nbytes > limit_mib * 2**20:
-        largest = sorted(summary.files, key=lambda p: -p.stat().st_size)[:3]
-        shown = ", ".join(f"{p.relative_to(study)} ({p.stat().st_size / 2**20:.2f} MiB)" for p in largest)
+    def check(self, limit_mib: float) -> None:
+        """A ValueError naming the total and the largest files when the study would commit over ``limit_mib``."""
+        if self.nbytes <= limit_mib * 2**20:
+            return
+        largest = sorted(self.sizes, key=lambda p: -self.sizes[p])[:3]
+        shown = ", ".join(f"{p.relative_to(self.study)} ({self.sizes[p] / 2**20:.2f} MiB)" for p in largest)
         raise ValueError(
-            f"{study} would commit {summary.nbytes / 2**20:.2f} MiB, over the {limit_mib:g} MiB limit (largest: "
+            f"{self.study} would commit {self.nbytes / 2**20:.2f} MiB, over the {limit_mib:g} MiB limit (largest: "
             f"{shown}): trim the study's grid, or split it into studies of their own"
         )
+
+
+def compact_study(study: Path, limit_mib: float = LIMIT_MIB) -> Summary:
+    """Trim the study's finished runs and write its .gitignore, once what it would then commit is checked against
+    ``limit_mib``: over it, a ValueError naming the total and the largest files, and nothing is changed."""
+    if not study.is_dir():
+        raise ValueError(f"{study} is no folder: give the study's name (its runs are under results/runs/NAME/)")
+    runs = run_dirs(study)
+    trims = [trim for trim in map(plan_trim, runs) if trim is not None]
+    summary = Summary(study, len(runs), sum(map(finished, runs)), len(trims))
+    summary.sizes = {path: path.stat().st_size for path in committed_files(study)}
+    summary.sizes[study / ".gitignore"] = len(ignore_text().encode())
+    for trim in trims:
+        summary.sizes[trim.run_dir / MEMORY] = len(trim.kept)
+        summary.sizes[trim.run_dir / COMPACT] = len(trim.record.encode())
+    summary.check(limit_mib)
+    for trim in trims:
+        trim.apply()
+    rewrite(study / ".gitignore", ignore_text())
     return summary
+
+
+def study_name(text: str) -> str:
+    """``text`` if it names one study (a folder name under the runs folder); else a ValueError: a path (``.``,
+    ``..``, empty, absolute, holding a ``/``) would compact every run under the folder it names, irreversibly."""
+    if text in ("", ".", "..") or "/" in text or (os.altsep is not None and os.altsep in text):
+        raise ValueError(
+            f"{text!r} is not a study's name: give the name of one study, whose runs are under RUNS/NAME/ (e.g. "
+            f"fair_peers), not a path"
+        )
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -216,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit-mib", type=float, default=LIMIT_MIB, help="the most the study may commit")
     args = parser.parse_args(argv)
     try:
-        summary = compact_study(Path(args.runs) / args.study, args.limit_mib)
+        summary = compact_study(Path(args.runs) / study_name(args.study), args.limit_mib)
     except (OSError, RunDirError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from infinipotv.answers import RunFailed, changed, failure
+from infinipotv.answers import Asked, RunFailed, answer_again, asked_of, failure
 from infinipotv.compact import check_restream, recorded_metrics
 from infinipotv.config import RunConfig
 from infinipotv.data import Benchmark, Question, VideoSample
@@ -37,7 +37,7 @@ from infinipotv.memory_file import cut_step, is_number, trace_steps, warn_cut
 from infinipotv.models.base import ModelAdapter, resize_frames
 from infinipotv.ownership import check_ours
 from infinipotv.progress import Progress
-from infinipotv.provenance import now, provenance
+from infinipotv.provenance import earlier_sittings, now, provenance, sitting
 from infinipotv.rundir import (
     MEMORY,
     METRICS,
@@ -62,16 +62,21 @@ def read_predictions(path: Path) -> list[dict[str, Any]]:
 class _Appender:
     """Append JSON lines, each written whole and fsynced (a SIGKILL loses at most the line being written). A write
     the system refuses (a full disk, the file-size limit) is rolled back to the last whole line and stops the job
-    with one line (:func:`infinipotv.rundir.unwritable`): everything written before is kept."""
+    with one line (:func:`infinipotv.rundir.unwritable`): everything written before is kept. ``before_first`` runs
+    once, before the first line (the answers' provenance goes down before them)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, before_first: Callable[[], None] | None = None) -> None:
         self.path = path
+        self.before_first = before_first
         try:
             self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as err:
             raise unwritable(path, err) from None
 
     def write(self, record: dict) -> None:
+        if self.before_first is not None:
+            self.before_first()
+            self.before_first = None
         data = (json.dumps(record) + "\n").encode()
         end = os.fstat(self.fd).st_size
         try:
@@ -346,21 +351,21 @@ def _drop_partial_traces(path: Path, restream: set[str]) -> None:
     kept = []
     for line in lines:
         step = parse_line(line)[0]
-        if not (isinstance(step, dict) and step.get("video_id") in restream):
-            kept.append(line)
+        if not (isinstance(step, dict) and isinstance(step.get("video_id"), str) and step["video_id"] in restream):
+            kept.append(line)  # a step of a finished video, or one the metrics leave out (memory_file.trace_steps)
     if len(kept) < len(lines):
         rewrite(path, b"".join(kept))
 
 
-def _todo(run_dir: Path, samples: list[VideoSample], retry_errors: bool) -> set[str]:
+def _todo(run_dir: Path, samples: list[VideoSample], questions: Asked, retry_errors: bool) -> set[str]:
     """The ids of the questions already answered: one record per question of this run is kept
     (:func:`infinipotv.rundir.sort_predictions`: a second answer, a foreign id or an unreadable line is set aside,
     with one warning); with ``retry_errors`` the error records are dropped, so those questions run again. An answer
-    to a question whose annotation changed since (:func:`infinipotv.answers.changed`) is set aside too, and the
-    question answered again: the other answers stay valid, as each question leaves the memory as it found it."""
+    the metrics cannot read, or to a question whose annotation or video changed since
+    (:func:`infinipotv.answers.answer_again`), is set aside too, and the question answered again: the other answers
+    stay valid, as each question leaves the memory as it found it."""
     path = run_dir / PREDICTIONS
-    questions = {q.qid: q for s in samples for q in s.questions}
-    found = sort_predictions(path, questions, drop_errors=retry_errors, stale=lambda r: changed(r, questions))
+    found = sort_predictions(path, questions, drop_errors=retry_errors, stale=lambda r: answer_again(r, questions))
     warning = found.warning(path)
     if warning:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
@@ -416,22 +421,28 @@ def _file_size_errors() -> Iterator[None]:
 
 
 def _run(cfg: RunConfig, run_dir: Path) -> dict:
-    prov = provenance(cfg.seed)
+    this = sitting(cfg.threads)
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     bench = build_benchmark(cfg)
     samples = select(bench.samples(), cfg.benchmark)
     asked = [q.qid for s in samples for q in s.questions]
-    check_restream(run_dir, {q.qid: q for s in samples for q in s.questions}, cfg.retry_errors)
-    done = _todo(run_dir, samples, cfg.retry_errors)
+    questions = asked_of(samples)
+    check_restream(run_dir, questions, cfg.retry_errors)
+    done = _todo(run_dir, samples, questions, cfg.retry_errors)
     print(f"run directory: {run_dir}", file=sys.stderr, flush=True)  # the end summary repeats it
     if done:
         print(f"resumed: {len(done)} of {len(asked)} already answered", file=sys.stderr, flush=True)
     recorded = recorded_metrics(run_dir, asked) if done.issuperset(asked) else None
     if recorded is not None:  # finished before: its metrics and provenance stay as that run wrote them
         return recorded
+    sittings = [*earlier_sittings(run_dir / PROVENANCE, answered=bool(done)), this]
+
+    def record_sittings() -> None:
+        rewrite(run_dir / PROVENANCE, json.dumps(provenance(cfg.seed, sittings), indent=2))
+
     parts: Parts | None = None
-    out, memory = _Appender(run_dir / PREDICTIONS), _Appender(run_dir / MEMORY)
+    out, memory = _Appender(run_dir / PREDICTIONS, before_first=record_sittings), _Appender(run_dir / MEMORY)
     streamed = [s for s in samples if s.error is None and any(q.qid not in done for q in s.questions)]
     following = dict(zip((s.video_id for s in streamed), streamed[1:]))  # the video that streams after each
     ahead = SourcesAhead(lambda s: sample_frames(s, cfg, session.adapter))
@@ -478,8 +489,8 @@ def _run(cfg: RunConfig, run_dir: Path) -> dict:
         metrics["time"]["ttft_s"] = {"mean": float(np.mean(times)), "median": float(np.median(times)), "n": len(times)}
         metrics["time"]["ttft_s_by_question"] = ttft
     rewrite(run_dir / METRICS, json.dumps(metrics, indent=2))
-    prov["end"] = now()
-    rewrite(run_dir / PROVENANCE, json.dumps(prov, indent=2))
+    this["end"] = now()
+    record_sittings()
     return metrics
 
 

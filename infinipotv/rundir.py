@@ -19,7 +19,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,24 +64,29 @@ def unwritable(path: Path, err: OSError) -> RunDirError:
     )
 
 
-def check_usable(run_dir: Path) -> None:
-    """Refuse, in one line, a ``run_dir`` that cannot hold a run: one naming a file, or a directory (or the nearest
-    existing folder above a new one) that the file system will not let us write. run.py asks before Hydra writes its
-    own files there."""
+def check_usable(run_dir: Path, key: str = "run_dir") -> None:
+    """Refuse, in one line, a ``run_dir`` that cannot hold a run: one naming a file, a symbolic link to nothing (on
+    the way to it), or a directory (or the nearest existing folder above a new one) that the file system will not let
+    us write. run.py asks before Hydra writes its own files there (``key``: the option that named it)."""
     if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(f"run_dir={run_dir} names a file, not a directory: give a directory (new or a run's)")
+        raise RunDirError(f"{key}={run_dir} names a file, not a directory: give a directory (new or a run's)")
     folder = run_dir
     while not folder.exists():
+        if folder.is_symlink():  # mkdir would end in FileExistsError
+            raise RunDirError(
+                f"{key}={run_dir}: {folder} is a symbolic link to {os.readlink(folder)}, which does not exist: "
+                f"create that folder, or give another {key}="
+            )
         folder = folder.parent
     if not folder.is_dir():
-        raise RunDirError(f"run_dir={run_dir} lies under {folder}, a file, not a directory: give another run_dir=")
+        raise RunDirError(f"{key}={run_dir} lies under {folder}, a file, not a directory: give another {key}=")
     probe = folder / f".write-test-{os.getpid()}"
     try:
         probe.mkdir()
         probe.rmdir()
     except OSError as err:
         raise RunDirError(
-            f"run_dir={run_dir}: {folder} is not writable ({err.strerror}): make it writable, or give another run_dir="
+            f"{key}={run_dir}: {folder} is not writable ({err.strerror}): make it writable, or give another {key}="
         ) from None
 
 
@@ -259,7 +264,8 @@ def rewrite(path: Path, text: str | bytes) -> None:
         finally:
             os.close(folder)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        with suppress(OSError):  # a read-only file system refuses even to unlink a file it never made
+            tmp.unlink(missing_ok=True)
         raise unwritable(path, err) from None
 
 

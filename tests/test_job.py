@@ -102,7 +102,8 @@ def test_a_run_that_fails_before_its_first_question_leaves_no_directory(tmp_path
 
 
 def test_a_failed_start_never_removes_a_directory_another_job_holds(tmp_path):
-    with claim(tmp_path / "run", "seed: 0\n"):  # a job loading its model: nothing answered yet
+    recorded = "model: {}\ncompress: {}\nquant: {}\nbenchmark: {}\n"  # a run's sections: what a start records
+    with claim(tmp_path / "run", recorded):  # a job loading its model: nothing answered yet
         assert not discard_unused(tmp_path / "run") and (tmp_path / "run" / "config.yaml").is_file()
     assert discard_unused(tmp_path / "run") and not (tmp_path / "run").exists()
 

@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 import warnings
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ from infinipotv.config import BenchmarkConfig, Parser
 from infinipotv.data.base import Benchmark
 from infinipotv.data.loading import benchmark_class, question_from_record
 from infinipotv.data.subset import describe, select
-from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS, RunDirError, rewrite
+from infinipotv.memory_file import is_number
+from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS, RunDirError, parse_line, rewrite
 
 Record = dict[str, Any]
 
@@ -41,23 +42,63 @@ def skip(message: str) -> None:
     warnings.warn(message, SkippedInput, stacklevel=3)
 
 
+def _text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _options(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(text, str) for text in value.values())
+
+
+def _reference(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("agree"), bool) and is_number(value.get("kl_first_token"))
+
+
+def _needle(value: Any) -> bool:
+    return isinstance(value, dict) and is_number(value.get("recall")) and is_number(value.get("share"))
+
+
+def _or_null(fits: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is None or fits(value)
+
+
+#: What each field of a prediction record is, where the record has it, as the job writes it (null where the readers
+#: take null for none); a record holding anything else (a hand edit: a NaN ``correct``, an ``output`` 5, ``options``
+#: as text) is not read, never guessed at: its parse, score or count would crash or mislead.
+FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "video_id": (_text, "a text"),
+    "prompt": (_or_null(_text), "a text"),
+    "output": (_or_null(_text), "a text"),
+    "error": (_or_null(_text), "null or a text"),
+    "correct": (lambda value: isinstance(value, bool), "true or false"),
+    "options": (_or_null(_options), "a mapping of letters to texts"),
+    "categories": (_or_null(lambda value: isinstance(value, dict)), "a mapping"),
+    "reference": (_reference, "a reference answer (agree, kl_first_token)"),
+    "needle": (_or_null(_needle), "a needle read (recall, share)"),
+}
+
+
+def why_not_a_prediction(record: Any, required: Collection[str] = ("question_id",)) -> str | None:
+    """Why a JSON value read from predictions.jsonl is not a prediction record as the job writes it (not an object,
+    a ``required`` field missing, a field of another kind: :data:`FIELDS`), or None. The job's resume, ``rescore``
+    and the aggregator read the file by this one rule."""
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not a prediction object"
+    missing = [key for key in required if record.get(key) is None]
+    if missing:
+        return f"no {', '.join(missing)}"
+    for key, (fits, what) in FIELDS.items():
+        if key in record and not fits(record[key]):
+            shown = json.dumps(record[key])
+            return f"{key} is {shown if len(shown) <= 40 else shown[:37] + '...'}, not {what}; not scored"
+    return None
+
+
 def _prediction(line: bytes) -> tuple[Record | None, str | None]:
     """One line of predictions.jsonl as a record, or why it is not one."""
-    try:
-        record = json.loads(line.decode("utf-8"))
-    except UnicodeDecodeError:
-        return None, "not UTF-8 text"
-    except json.JSONDecodeError as err:
-        return None, f"not JSON ({err.msg})"
-    except RecursionError:
-        return None, "JSON nested too deeply to read"
-    if not isinstance(record, dict):
-        return None, f"a JSON {type(record).__name__}, not a prediction object"
-    if record.get("question_id") is None:
-        return None, "no question_id"
-    if "correct" in record and not isinstance(record["correct"], bool):  # NaN, 1, "yes": never guessed as right
-        return None, f"correct is {json.dumps(record['correct'])}, not true or false; not scored"
-    return record, None
+    record, why = parse_line(line)
+    why = why or why_not_a_prediction(record)
+    return (None, why) if why else (record, None)
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:

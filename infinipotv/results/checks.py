@@ -120,7 +120,8 @@ def _identity(run: Run) -> str:
 
 def mixed_code(spec: ExperimentSpec, runs: Sequence[Run], experiment: str | None) -> list[str]:
     """Each set of runs a table may draw on that share one configuration but not the code that ran it (commit,
-    package versions; :func:`~infinipotv.results.collect.code_differences`), described in one line."""
+    package versions; :func:`~infinipotv.results.collect.code_differences`), and each run whose own sittings or
+    shards differ so, described in one line."""
     found: dict[str, str] = {}
     for table in spec.tables:
         if table.source is not None:
@@ -128,6 +129,8 @@ def mixed_code(spec: ExperimentSpec, runs: Sequence[Run], experiment: str | None
         groups: dict[str, list[Run]] = {}
         for run in candidates(table, runs, experiment):
             groups.setdefault(_identity(run), []).append(run)
+            if run.mixed_code:  # its sittings or shards (Run.mixed_code)
+                found.setdefault(run.id, f"run {run.id} was answered by different code ({', '.join(run.mixed_code)})")
         for members in groups.values():
             first = members[0]
             for other in members[1:]:

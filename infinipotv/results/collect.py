@@ -35,6 +35,7 @@ from infinipotv.data.rescore import (
 )
 from infinipotv.data.scoring import gate_counts
 from infinipotv.data.subset import describe, parse_shard
+from infinipotv.provenance import label, sittings
 from infinipotv.results.scoring import (
     ScorerError,
     flatten_scores,
@@ -118,6 +119,14 @@ class Run:
         weights = score_weights(self.config["benchmark"], self.predictions)
         return {path: int((w != 0).sum()) for path, w in weights.items()}
 
+    @cached_property
+    def mixed_code(self) -> list[str]:
+        """How the code of the sittings (and shards) that answered this run differs among them, as provenance.json
+        records it (:mod:`infinipotv.provenance`): a run resumed at another commit, on a dirty tree or with other
+        packages, or shards made at different commits, is one run of mixed code, refused as two such runs are."""
+        parts = [{"git_sha": label(s), "packages": s.get("packages")} for s in sittings(self.provenance)]
+        return list(dict.fromkeys(d for part in parts[1:] for d in _code_differences(parts[0], part)))
+
     def memory(self) -> pd.DataFrame:
         """The streaming memory trace (``memory.jsonl`` of every shard), one row per step; empty when none."""
         frames = [pd.read_json(d / MEMORY, lines=True) for d in self.dirs if (d / MEMORY).is_file()]
@@ -128,7 +137,10 @@ class Run:
 def code_differences(run: Run, other: Run) -> list[str]:
     """How the code that made ``other`` differs from ``run``'s, as their provenance records it (``git_sha b vs a``,
     ``transformers 4.46.0 vs 4.45.2``); what only one of them records is no evidence and is left out."""
-    a, b = run.provenance, other.provenance
+    return _code_differences(run.provenance, other.provenance)
+
+
+def _code_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     out = []
     if a.get("git_sha") and b.get("git_sha") and str(a["git_sha"]) != str(b["git_sha"]):
         out.append(f"git_sha {b['git_sha']} vs {a['git_sha']}")
@@ -328,6 +340,7 @@ def merge_shards(shards: Sequence[Run]) -> Run:
         "git_sha": ",".join(sorted({str(s.provenance.get("git_sha")) for s in shards})),
         "start": min(starts, default=None),
         "end": max(ends, default=None),
+        "sittings": [sitting for s in shards for sitting in sittings(s.provenance)],  # checked as one run's
     }
     run_id = f"{shards[0].id} [{len(shards)} of {total} shards]"
     dirs = tuple(d for s in shards for d in s.dirs)

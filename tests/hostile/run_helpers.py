@@ -1,4 +1,5 @@
-"""What the run-directory probes share: a small in-process run on toy data, and a file-size limit for a block."""
+"""What the run-directory probes share: a small in-process run on toy data, a folder's files to compare, and a
+file-size limit for a block."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ def toy_config(root: Path, benchmark: str = "videomme") -> RunConfig:
         benchmark=bench,
         eval=EvalConfig(chunk_frames=2),
     )
+
+
+def files_under(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder`` (relative) with its bytes, None for a folder: what "left as it was" compares."""
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes() for p in sorted(folder.rglob("*"))}
 
 
 @contextmanager

@@ -85,3 +85,70 @@ def test_a_byte_count_that_is_not_a_number_is_named_with_its_line(copy, capsys):
     assert f"warning: {path}: 1 line(s) not a whole trace step (line 2: accelerator_bytes is '9999999999999'" in said
     assert metrics["memory"]["peak_accelerator_bytes"] < 9999999999999
     assert json.loads((copy / "run" / METRICS).read_text())["memory"] == metrics["memory"]
+
+
+def test_a_question_moved_to_another_video_is_answered_again(copy, capsys):
+    """A question moved to another video under a finished run is answered again on it, one warning naming the move
+
+    Its old answer read the other video's frames: it is set aside, never kept."""
+    config = toy_config(copy / "data")
+    shutil.copy(copy / "data" / "videomme" / "data" / "vmmeA.mp4", copy / "data" / "videomme" / "data" / "vmmeC.mp4")
+    table = pd.read_parquet(config.benchmark.annotations)
+    qid = table.loc[1, "question_id"]
+    table.loc[1, "videoID"] = "vmmeC"
+    table.to_parquet(config.benchmark.annotations)
+    capsys.readouterr()
+    metrics = run_job(config, copy / "run")
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert (
+        len(warnings) == 1
+        and f"question {qid!r} changed since it was answered (video_id: 'vmmeA' -> 'vmmeC')" in (warnings[0])
+    ), warnings
+    after = {r["question_id"]: r for r in lines(copy / "run" / PREDICTIONS)}
+    assert after[qid]["video_id"] == "vmmeC" and after[qid]["error"] is None and metrics["complete"]
+    assert [r["question_id"] for r in lines(copy / "run" / REJECTED)] == [qid]
+
+
+def test_a_deleted_trace_step_is_named(copy, capsys):
+    """A memory.jsonl step deleted by hand (not a cut line): one warning naming the video and the missing step"""
+    path = copy / "run" / MEMORY
+    steps = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(steps[:1] + steps[2:]))
+    (copy / "run" / METRICS).unlink()  # a finished run keeps its metrics: they are counted again once it is gone
+    capsys.readouterr()
+    run_job(toy_config(copy / "data"), copy / "run")
+    said = capsys.readouterr().err
+    assert f"warning: {path}: steps deleted or repeated (video 'vmmeA' step(s) 1 missing)" in said, said
+
+
+#: Hand edits of a finished run's files: the file, what is done to its second line, and what the warning says.
+_EDITS = {
+    "step-no-encode-seconds": (MEMORY, lambda step: step.pop("encode_seconds"), "line 2: no encode_seconds"),
+    "step-video-id-a-list": (MEMORY, lambda step: step.update(video_id=["vmmeA"]), "line 2: video_id is ['vmmeA']"),
+    "step-passes-a-text": (
+        MEMORY,
+        lambda step: step.update(compress={"seconds": 0.1, "passes": "2"}),
+        "line 2: compress is {'seconds': 0.1, 'passes': '2'}, not a compression pass",
+    ),
+    "answer-no-video-id": (PREDICTIONS, lambda record: record.pop("video_id"), "line 2: no video_id"),
+    "answer-error-5": (PREDICTIONS, lambda record: record.update(error=5), "line 2: error is 5, not null or a text"),
+}
+
+
+@pytest.mark.parametrize("name", list(_EDITS))
+def test_a_hand_edited_run_file_is_one_line_on_resume(copy, capsys, name):
+    """A trace step or a kept answer of the wrong shape is one warning naming its file and line on resume, not a crash
+
+    The step is left out of the memory figures; the answer is set aside and its question answered again; metrics.json
+    is written."""
+    file, edit, said = _EDITS[name]
+    path = copy / "run" / file
+    records = lines(path)
+    edit(records[1])
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (copy / "run" / METRICS).unlink()  # the resume of a run killed before its metrics, which it then counts
+    capsys.readouterr()
+    metrics = run_job(toy_config(copy / "data"), copy / "run")
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and f"{path}" in warnings[0] and said in warnings[0], warnings
+    assert metrics["complete"] and json.loads((copy / "run" / METRICS).read_text()) == metrics

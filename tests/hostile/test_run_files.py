@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from infinipotv.data.rescore import SkippedInput
+from infinipotv.data.rescore import main as rescore_main
 from infinipotv.job import _drop_partial_traces, run_job
 from infinipotv.results.collect import load_run
-from infinipotv.rundir import CONFIG, PREDICTIONS, REJECTED, RunDirError, claim, rewrite
+from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS, REJECTED, RunDirError, claim, rewrite
 from tests.helpers import ROOT, run_py
-from tests.hostile.run_helpers import file_size_limit, toy_config
+from tests.hostile.run_helpers import file_size_limit, files_under, toy_config
 
 _SECOND_WRITER = """
 import sys
@@ -315,3 +317,56 @@ def test_the_file_size_limit_stops_the_run_in_one_line_and_loses_nothing(tmp_pat
     assert resumed.returncode == 0, resumed.stderr
     final = (run_dir / PREDICTIONS).read_bytes()
     assert final.startswith(written) and final == (tmp_path / "whole" / PREDICTIONS).read_bytes()
+
+
+def test_a_run_dir_that_is_a_link_to_nothing_is_one_line(tmp_path):
+    """A run_dir= that is a symbolic link to nothing is refused in one line, not Hydra's FileExistsError"""
+    link = tmp_path / "run"
+    link.symlink_to(tmp_path / "gone")
+    line = _one_error_line(run_py("model=tiny_qwen2vl", f"run_dir={link}", timeout=120))
+    assert f"run_dir={link}: {link} is a symbolic link to {tmp_path / 'gone'}, which does not exist" in line, line
+    assert link.is_symlink() and not (tmp_path / "gone").exists()
+
+
+@contextmanager
+def _read_only_file_system(folder: Path, files: Path) -> Iterator[Path]:
+    """A copy of the folder ``files`` on a file system mounted read-only at ``folder`` (a tmpfs: root only)."""
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(folder)], capture_output=True).returncode:
+        pytest.skip("no tmpfs can be mounted here (not root?): a read-only file system cannot be made")
+    try:
+        shutil.copytree(files, folder / files.name)
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        yield folder / files.name
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_rewrite_on_a_read_only_file_system_is_one_line(finished, tmp_path, capsys):
+    """rescore --write on a read-only file system is one line, not a traceback from the rewrite's own cleanup"""
+    with _read_only_file_system(tmp_path / "ro", finished) as run_dir:
+        before = files_under(run_dir)
+        assert rescore_main([str(run_dir), "--write"]) == 2
+        errors = capsys.readouterr().err.strip().splitlines()
+        assert len(errors) == 1 and errors[0].startswith(f"error: cannot write {run_dir / METRICS}: Read-only file")
+        assert files_under(run_dir) == before
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [("output", 5, "output is 5, not a text"), ("options", "A. red", 'options is "A. red", not a mapping of letters')],
+    ids=["output-a-number", "options-a-text"],
+)
+def test_rescore_and_the_aggregator_skip_a_prediction_they_cannot_parse(copy, capsys, field, value, said):
+    """Rescore and the aggregator skip a prediction whose output or options they cannot parse, naming its line
+
+    An output that is not text (5) or options given as a text: a warning names the file, line and field, and the
+    other answers are scored."""
+    path = copy / PREDICTIONS
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(json.dumps({**json.loads(lines[0]), field: value}).encode() + b"\n" + b"".join(lines[1:]))
+    assert rescore_main([str(copy)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and f"{path} line 1: {said}" in warnings[0], warnings
+    with pytest.warns(SkippedInput, match=f"line 1: {said}"):
+        assert len(load_run(copy).predictions) == len(lines) - 1
