@@ -56,6 +56,8 @@ IGNORED_FOR_MERGE = ("benchmark.shard", "run_dir")  # keys that differ between s
 MEMORY_COUNTS = ("frames", "frames_with_questions_only")  # metrics.json's memory counts: shards add them up
 RATES = ("encode_fps",)  # time's rates, derived by with_rates (never summed over shards)
 RUN_SECTIONS = ("model", "compress", "quant", "benchmark")  # what a run's config.yaml must hold to say what ran
+# the config keys a table labels its rows with (model, policy, kv, benchmark): each must be one name, never a list
+LABELS = (("model", "family"), ("compress", "name"), ("quant", "name"), ("benchmark", "name"))
 CANONICAL = ("model", "policy", "kv", "budget_tokens", "budget_bytes", "storage", "benchmark", "experiment")
 
 
@@ -190,7 +192,8 @@ def _subset(benchmark: Mapping[str, Any]) -> dict[str, Any]:
 
 def _benchmark_block(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """The run's ``benchmark`` block, checked typed; a ValueError naming the file when the config lacks a section the
-    job always writes (an empty file, one cut short) or its benchmark block does not read as one."""
+    job always writes (an empty file, one cut short), its benchmark block does not read as one, or a name a table
+    labels rows with is not one name (``compress.name: [tar, van]`` would become a row of its own)."""
     missing = [k for k in RUN_SECTIONS if not isinstance(config.get(k), Mapping)]
     if missing:
         raise ValueError(
@@ -205,6 +208,10 @@ def _benchmark_block(config: dict[str, Any], path: Path) -> dict[str, Any]:
         ) from None
     if not bench.get("name"):
         raise ValueError(f"{path}: its benchmark section names no benchmark (`name:`)")
+    for section, key in LABELS:
+        value = config[section].get(key)
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{path}: {section}.{key} is {value!r}, not a name (a hand-edited config.yaml?)")
     return bench
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from infinipotv.data.rescore import rescore
 from infinipotv.results.__main__ import main as results_main
-from infinipotv.rundir import METRICS
+from infinipotv.rundir import CONFIG, METRICS
 from tests.hostile.test_aggregator import make_run, records
 
 PAIRED = """
@@ -62,3 +62,16 @@ def test_a_run_rescored_with_another_parser_counts_those_answers_in_its_differen
     code, err, md = paired_report(tmp_path, capsys)
     assert code == 0 and not [line for line in err if line.startswith("warning: ")], err
     assert "| tar_van_pool | 0.0 | 12 | -50.0 [" in md
+
+
+def test_a_config_whose_policy_is_a_list_is_skipped_not_a_row(tmp_path: Path, capsys):
+    """A run whose config.yaml says compress.name: [tar, van] is skipped with a warning, never a table row"""
+    make_run(tmp_path / "runs", "full", recs=records(12, right=6), compress__name="full")
+    run_dir = make_run(tmp_path / "runs", "listed", recs=records(12, right=9), compress__name=["tar", "van"])
+    code, err, md = paired_report(tmp_path, capsys)
+    assert code == 0
+    assert (
+        f"warning: {run_dir / CONFIG}: compress.name is ['tar', 'van'], not a name (a hand-edited config.yaml?); "
+        "run directory skipped" in err
+    )
+    assert "tar" not in md and "| full | 50.0 |" in md
