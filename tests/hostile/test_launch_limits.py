@@ -32,6 +32,28 @@ def test_a_slurm_sweep_without_slurm_says_how_to_start_one(tmp_path):
     ], out.stderr
 
 
+def test_a_submitit_slurm_sweep_without_slurm_is_the_same_one_line(tmp_path):
+    """A sweep on hydra-submitit-launcher's own submitit_slurm without sbatch or srun: the +cluster= sweep's one line,
+    naming this override, before Hydra starts; nothing submitted"""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    sweep = tmp_path / "sweep"
+    out = run_py(
+        "-m",
+        "hydra/launcher=submitit_slurm",
+        "model=tiny_qwen2vl",
+        f"hydra.sweep.dir={sweep}",
+        env={"PATH": str(empty)},
+        timeout=120,
+    )
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        "error: no Slurm found here (sbatch and srun not on PATH): start the single-node one with "
+        "`sudo slurm/start_slurm.sh` (slurm/README.md), or run the sweep on this machine with hydra/launcher=local "
+        "in place of hydra/launcher=submitit_slurm"
+    ], out.stderr
+    assert not sweep.exists()
+
+
 def test_a_thread_count_far_past_the_cores_is_one_line(tmp_path):
     """threads=100000 is refused in one line naming the cores this process may run on"""
     run_dir = tmp_path / "run"

@@ -5,11 +5,18 @@ cell, its paired difference and the files written all follow the answers and the
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from infinipotv.data.rescore import rescore
 from infinipotv.results.__main__ import main as results_main
 from infinipotv.rundir import CONFIG, METRICS
+from tests.helpers import ROOT
 from tests.hostile.test_aggregator import make_run, records
 
 PAIRED = """
@@ -75,3 +82,87 @@ def test_a_config_whose_policy_is_a_list_is_skipped_not_a_row(tmp_path: Path, ca
         "run directory skipped" in err
     )
     assert "tar" not in md and "| full | 50.0 |" in md
+
+
+def _two_runs(tmp_path: Path) -> None:
+    make_run(tmp_path / "runs", "full", recs=records(12, right=6), compress__name="full")
+    make_run(tmp_path / "runs", "tar", recs=records(12, right=9))
+
+
+def test_force_in_another_format_replaces_the_report_whole(tmp_path: Path, capsys):
+    """--force --format tex over a markdown report: the old main.md goes with the rest, never left beside main.tex"""
+    _two_runs(tmp_path)
+    assert paired_report(tmp_path, capsys, "--format", "md")[0] == 0
+    (tmp_path / "out" / "README.md").write_text("mine")
+    code, err, _ = paired_report(tmp_path, capsys, "--format", "tex")
+    assert code == 2 and "already holds this report (main.md, " in err[-1]
+    assert paired_report(tmp_path, capsys, "--format", "tex", "--force")[0] == 0
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["README.md", "figures", "main.csv", "main.json", "main.tex", "runs.csv", "runs.json"]
+
+
+def _report_with(tmp_path: Path, capsys, old: str, new: str) -> tuple[int, list[str]]:
+    """The paired report with ``old`` replaced by ``new`` in its experiment file: exit code and stderr lines."""
+    path = tmp_path / "edited.yaml"
+    path.write_text(PAIRED.replace(old, new))
+    code = results_main([str(path), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_a_table_named_to_escape_the_output_folder_is_refused(tmp_path: Path, capsys):
+    """A table named ../../escape is one error line, and nothing is written outside (or inside) --out"""
+    _two_runs(tmp_path)
+    code, err = _report_with(tmp_path, capsys, "name: main", "name: ../../escape")
+    assert code == 2 and err[-1].startswith(
+        f"error: {tmp_path / 'edited.yaml'}: table[0]: name '../../escape' is a file stem under --out: letters, digits"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edited.yaml", "runs"]
+
+
+TYPOS = {
+    "score": ("score: overall", "score: overal", "score 'overal' (did you mean 'overall'?); known: Avg, L, M, S"),
+    "metric": (
+        "score: overall, label: All, paired: true",
+        "metric: memory.peak_cache_byte, label: Bytes",
+        "metric 'memory.peak_cache_byte' (did you mean 'memory.peak_cache_bytes'?); known: ",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", TYPOS)
+def test_a_typo_in_a_columns_path_is_one_error_line(tmp_path: Path, capsys, kind: str):
+    """A typo in a column's score: or metric: path is one error line naming the nearest known one, not a blank column"""
+    _two_runs(tmp_path)
+    old, new, said = TYPOS[kind]
+    code, err = _report_with(tmp_path, capsys, old, new)
+    assert code == 2 and err[-1].startswith(
+        f"error: table 'main'.columns[0]: no run of benchmark 'videomme' has {said}"
+    ), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_table_block_that_is_a_number_is_one_line_in_run_py_and_the_aggregator(tmp_path: Path, capsys):
+    """`table: 5` in an experiment file: one line naming the file, from run.py (before Hydra) and the aggregator"""
+    _two_runs(tmp_path)
+    code, err = _report_with(tmp_path, capsys, PAIRED.split("table:")[1], " 5\n")
+    assert code == 2 and err == [
+        f"error: {tmp_path / 'edited.yaml'}: table: must be a table (a mapping), a list of tables or {{tables: [...], "
+        "figures: [...]}, got 5"
+    ]
+    shutil.copy(ROOT / "run.py", tmp_path / "run.py")  # a copy of the entry point, so the repository gains no file
+    shutil.copytree(ROOT / "conf", tmp_path / "conf", symlinks=True)
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "five.yaml").write_text("# @package _global_\nexperiment: five\ntable: 5\n")
+    done = subprocess.run(
+        [sys.executable, "run.py", "+experiment=five", f"run_dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HYDRA_FULL_ERROR": "0"},
+    )
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'experiments' / 'five.yaml'}: table: must be a table (a mapping), a list of tables or "
+        "{tables: [...], figures: [...]}, got 5"
+    ], done.stderr
+    assert not (tmp_path / "run").exists()
