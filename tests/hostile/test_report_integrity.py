@@ -109,13 +109,18 @@ def _report_with(tmp_path: Path, capsys, old: str, new: str) -> tuple[int, list[
     return code, capsys.readouterr().err.strip().splitlines()
 
 
-def test_a_table_named_to_escape_the_output_folder_is_refused(tmp_path: Path, capsys):
-    """A table named ../../escape is one error line, and nothing is written outside (or inside) --out"""
+ESCAPES = {  # a table's name: the error after "table[0]: "
+    "../../escape": "name '../../escape' is a file stem under --out: letters, digits, '_', '.', '-' only",
+    "runs": "a table named 'runs' would be overwritten by the report's runs.csv: rename it",
+}
+
+
+@pytest.mark.parametrize("name", ESCAPES)
+def test_a_table_named_to_escape_the_output_folder_is_refused(tmp_path: Path, capsys, name: str):
+    """A table named ../../escape (or runs, the report's own runs.csv) is one error line; nothing is written"""
     _two_runs(tmp_path)
-    code, err = _report_with(tmp_path, capsys, "name: main", "name: ../../escape")
-    assert code == 2 and err[-1].startswith(
-        f"error: {tmp_path / 'edited.yaml'}: table[0]: name '../../escape' is a file stem under --out: letters, digits"
-    )
+    code, err = _report_with(tmp_path, capsys, "name: main", f"name: {name}")
+    assert code == 2 and err[-1] == f"error: {tmp_path / 'edited.yaml'}: table[0]: {ESCAPES[name]}", err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["edited.yaml", "runs"]
 
 
