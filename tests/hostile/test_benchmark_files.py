@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -107,13 +108,13 @@ def test_an_annotation_file_of_no_rows_is_one_line(tmp_path: Path, suffix: str):
         read_records(path)
 
 
-def test_run_py_on_an_annotation_file_of_no_rows_is_one_line(tmp_path: Path):
-    """run.py on a Video-MME file holding []: exit 2 with one line naming the file, no run left behind"""
-    cfg = build_videomme(tmp_path / "data", fmt="json", errors=False)
-    Path(cfg.annotations).write_text("[]")
-    run_dir = tmp_path / "run"
-    done = run_py(
+def run_videomme(cfg: BenchmarkConfig, run_dir: Path) -> subprocess.CompletedProcess[str]:
+    """run.py: the tiny Qwen2-VL, compressed, on the toy Video-MME ``cfg`` into ``run_dir``."""
+    return run_py(
         "model=tiny_qwen2vl",
+        "compress=tar_van_pool",
+        "compress.budget=96",
+        "eval.chunk_frames=2",
         "benchmark=videomme",
         f"benchmark.root={cfg.root}",
         f"benchmark.annotations={cfg.annotations}",
@@ -121,6 +122,14 @@ def test_run_py_on_an_annotation_file_of_no_rows_is_one_line(tmp_path: Path):
         "threads=1",
         timeout=300,
     )
+
+
+def test_run_py_on_an_annotation_file_of_no_rows_is_one_line(tmp_path: Path):
+    """run.py on a Video-MME file holding []: exit 2 with one line naming the file, no run left behind"""
+    cfg = build_videomme(tmp_path / "data", fmt="json", errors=False)
+    Path(cfg.annotations).write_text("[]")
+    run_dir = tmp_path / "run"
+    done = run_videomme(cfg, run_dir)
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1] == (
         f"error: {cfg.annotations} holds no annotation rows (an empty list): re-download the released file"
@@ -141,18 +150,7 @@ def test_a_video_that_is_a_fifo_is_never_opened(tmp_path: Path, capsys):
     code, out = doctor(cfg, capsys)
     assert code == 1 and f"vmmeA: {said}" in out and re.search(r"\nvideos missing +0\n", out), out
     run_dir = tmp_path / "run"
-    done = run_py(
-        "model=tiny_qwen2vl",
-        "compress=tar_van_pool",
-        "compress.budget=96",
-        "eval.chunk_frames=2",
-        "benchmark=videomme",
-        f"benchmark.root={cfg.root}",
-        f"benchmark.annotations={cfg.annotations}",
-        f"run_dir={run_dir}",
-        "threads=1",
-        timeout=300,
-    )
+    done = run_videomme(cfg, run_dir)
     assert done.returncode == 1, done.stderr[-2000:]  # every question failed: no result, as documented
     assert [r["error"] for r in lines(run_dir / "predictions.jsonl")] == [f"VideoError: {said}"] * 2
 

@@ -5,10 +5,6 @@ cell, its paired difference and the files written all follow the answers and the
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +12,7 @@ import pytest
 from infinipotv.data.rescore import rescore
 from infinipotv.results.__main__ import main as results_main
 from infinipotv.rundir import CONFIG, METRICS
-from tests.helpers import ROOT
+from tests.hostile.run_helpers import run_experiment
 from tests.hostile.test_aggregator import make_run, records
 
 PAIRED = """
@@ -154,17 +150,8 @@ def test_a_table_block_that_is_a_number_is_one_line_in_run_py_and_the_aggregator
         f"error: {tmp_path / 'edited.yaml'}: table: must be a table (a mapping), a list of tables or {{tables: [...], "
         "figures: [...]}, got 5"
     ]
-    shutil.copy(ROOT / "run.py", tmp_path / "run.py")  # a copy of the entry point, so the repository gains no file
-    shutil.copytree(ROOT / "conf", tmp_path / "conf", symlinks=True)
-    (tmp_path / "experiments").mkdir()
-    (tmp_path / "experiments" / "five.yaml").write_text("# @package _global_\nexperiment: five\ntable: 5\n")
-    done = subprocess.run(
-        [sys.executable, "run.py", "+experiment=five", f"run_dir={tmp_path / 'run'}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "HYDRA_FULL_ERROR": "0"},
+    done = run_experiment(
+        tmp_path, "five", "# @package _global_\nexperiment: five\ntable: 5\n", f"run_dir={tmp_path / 'run'}"
     )
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         f"error: {tmp_path / 'experiments' / 'five.yaml'}: table: must be a table (a mapping), a list of tables or "
