@@ -90,9 +90,10 @@ def _discard(dcfg: DictConfig, found: frozenset[str] | None) -> None:
 def _check_args(argv: list[str]) -> None:
     """Refused in one line before Hydra starts, where Hydra would end in its own traceback or write into a folder
     not ours: a ``run_dir=`` or ``hydra.run.dir=`` that cannot hold a run (a file, a link to nothing, a read-only
-    folder; Hydra writes its files there first) or that holds files no run wrote, and an ``experiment=`` file that is
-    not plain YAML (a tag, bad syntax or encoding). What such a folder holds is noted, so that a failed start removes
-    only what it added."""
+    folder; Hydra writes its files there first) or that holds files no run wrote, an ``experiment=`` file that is not
+    plain YAML (a tag, bad syntax or encoding) or whose table spec does not parse, and a sweep on
+    hydra-submitit-launcher's own ``submitit_slurm`` where no Slurm is installed (as ``+cluster=`` is). What such a
+    folder holds is noted, so that a failed start removes only what it added."""
     given = dict(a.lstrip("+").split("=", 1) for a in argv if "=" in a)
     try:
         for key in ("run_dir", _HYDRA_RUN_DIR):
@@ -104,12 +105,25 @@ def _check_args(argv: list[str]) -> None:
         if given.get("experiment"):
             path = Path(__file__).parent / "experiments" / f"{given['experiment']}.yaml"
             if path.is_file():  # a missing one is Hydra's own one-line error
-                from infinipotv.results.report import read_experiment
+                _check_experiment(path)
+        if given.get("hydra/launcher") == "submitit_slurm" and {"-m", "--multirun"} & set(argv):
+            from hydra_plugins.infinipotv_launcher.launcher import check_slurm
 
-                read_experiment(path)
+            check_slurm("hydra/launcher=submitit_slurm")
     except (RunDirError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+
+
+def _check_experiment(path: Path) -> None:
+    """The experiment file read as plain YAML and its table spec parsed (a ValueError line naming the file): Hydra
+    would end a `table: 5` in a multi-line error of its own, and the aggregator only after the runs."""
+    from infinipotv.results.report import read_experiment
+    from infinipotv.results.spec import parse_experiment
+
+    table = read_experiment(path).get("table")
+    if table is not None:
+        parse_experiment(table, f"{path}: table")
 
 
 if __name__ == "__main__":

@@ -116,6 +116,13 @@ tuned_check() {  # method $1, its chosen overrides: the choice beside the defaul
 }
 
 phase=${1:-all}
+case $phase in
+  dev | test | all) ;;
+  *)
+    echo "error: unknown phase '$phase'; the phases: dev, test, all (the default): bash experiments/fair_peers.sh [dev|test|all]" >&2
+    exit 2
+    ;;
+esac
 generate benchmark.seed=0
 generate "${DEV[@]}"
 generate benchmark.seed=1

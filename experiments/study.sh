@@ -24,14 +24,20 @@ generate() {  # one stream's videos, before the lanes (they would otherwise writ
   "$PY" -m infinipotv.data.check +experiment="$EXPERIMENT" "$@" >/dev/null
 }
 
-run_lanes() {  # two lane functions side by side, timed and logged with the commit (dirty as provenance.json says:
-  # changes under results/, this log among them, are output, not code)
-  local start=$SECONDS a b
-  echo "$(date -u +%FT%TZ) $1 + $2 start at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ":(exclude)results" || echo -dirty)" >>"$LOG"
+run_lanes() {  # two lane functions side by side, timed and logged with the commit (its -dirty by provenance.json's
+  # own rule, asked of infinipotv.provenance). Both lanes are waited for; then a failed lane fails the study, so
+  # nothing is compacted or rendered while a lane still runs or after one failed.
+  local start=$SECONDS a b failed=()
+  echo "$(date -u +%FT%TZ) $1 + $2 start at $("$PY" -m infinipotv.provenance --short)" >>"$LOG"
   "$1" & a=$!
   "$2" & b=$!
-  wait $a && wait $b
-  echo "$(date -u +%FT%TZ) $1 + $2 done: $((SECONDS - start)) s wall for the runs" >>"$LOG"
+  wait "$a" || failed+=("$1")
+  wait "$b" || failed+=("$2")
+  echo "$(date -u +%FT%TZ) $1 + $2 done: $((SECONDS - start)) s wall for the runs${failed[*]:+; failed: ${failed[*]}}" >>"$LOG"
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "error: lane ${failed[*]} of $EXPERIMENT failed (its last sweep's error is above); the study stops before compacting or rendering: fix it and run the script again (finished runs are kept and resumed)" >&2
+    return 1
+  fi
 }
 
 run_study() {  # lane_a and lane_b side by side, then the runs compacted for git and the tables

@@ -24,6 +24,8 @@ from infinipotv.stream.schedule import ByteCap
 from infinipotv.stream.session import StreamingSession
 
 QUANT_BITS = (2, 4, 8, 16)
+MAX_BUDGET = 2**31 - 1  # |M| tokens: far past any stream (768 frames x 1,280 tokens), its bytes far within int64
+QUANT_NAMES = {"fp16": 16, "bf16": 16, "int2": 2, "int4": 4, "int8": 8}  # the conf/quant choices and their bits
 _TINY_LM = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "seed")  # tiny_text_config, load_pretrained
 # The ``model.options`` keys each adapter reads (infinipotv/models/): always, and with model.tiny=true only. A key
 # no adapter reads would run and do nothing, so it is refused (tests/hostile/test_config_knobs.py checks this table
@@ -93,6 +95,7 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(
             f"quant.bits={cfg.quant.bits} is not supported; use one of {QUANT_BITS} (16 = full precision)"
         )
+    _check_quant_name(cfg.quant.name, cfg.quant.bits)
     c = cfg.compress
     if not 0 < c.c_ratio < 1:
         raise ConfigError(f"compress.c_ratio={c.c_ratio} must lie in (0, 1), e.g. compress.c_ratio=0.75")
@@ -100,6 +103,8 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError("set only one of compress.budget (tokens) and compress.budget_mib (MiB of KV)")
     if c.budget is not None and c.budget < 2:
         raise ConfigError(f"compress.budget={c.budget} must be >= 2 vision tokens, e.g. compress.budget=6000")
+    if c.budget is not None:
+        check_budget_size(c.budget, "compress.budget")
     if c.budget_mib is not None and not 0 < c.budget_mib < math.inf:
         raise ConfigError(f"compress.budget_mib={c.budget_mib} must be > 0 MiB and finite, e.g. compress.budget_mib=96")
     q = cfg.quant
@@ -134,6 +139,21 @@ def validate(cfg: RunConfig) -> None:
     _checked(lambda: policy.check_chunk(cfg.eval.chunk_frames, adapter_cls.frames_per_step), None)
     if c.budget is not None and policy.evicts:
         check_budget(cfg, policy, c.budget, "compress.budget")
+
+
+def _check_quant_name(name: str, bits: int) -> None:
+    """``quant.name`` is what tables and metrics.json label the storage (``kv``, ``storage``) and ``quant.bits`` what
+    runs, so the two must agree (fp16/bf16 are 16 bits, intN is N): ``quant=fp16 quant.bits=4`` would run 4-bit KIVI
+    labelled fp16."""
+    named = QUANT_NAMES.get(name)
+    if named is None:
+        raise ConfigError(f"quant.name={name!r} is unknown; valid: {', '.join(QUANT_NAMES)}")
+    if bits != named:
+        fix = "quant=fp16 (or bf16)" if bits == 16 else f"quant=int{bits}"
+        raise ConfigError(
+            f"quant.bits={bits} disagrees with quant={name}, which stores {named} bits: choose {fix} for {bits}-bit "
+            f"storage, or drop quant.bits"
+        )
 
 
 def _check_byte_budget(cfg: RunConfig, policy: compress.Policy) -> None:
@@ -197,6 +217,17 @@ def check_device(cfg: RunConfig) -> None:
             )
     elif parsed.type != "cpu":
         raise ConfigError(f"model.device={device} is not supported; use model.device=cpu or cuda (cuda:N)")
+
+
+def check_budget_size(budget: int, key: str) -> None:
+    """|M| (from ``key``) within :data:`MAX_BUDGET`: a budget no stream can reach compresses nothing, and its byte
+    count overflows the 64-bit integers the aggregator's tables and figures hold it in (a run of
+    ``compress.budget=99999999999999999999`` ran, then its report crashed)."""
+    if budget > MAX_BUDGET:
+        raise ConfigError(
+            f"{key} gives |M| = {budget} tokens, more than any stream holds (at most {MAX_BUDGET:,}): give a real "
+            f"budget (e.g. compress.budget=6000), or compress=full compress.budget=null to keep every token"
+        )
 
 
 def check_budget(cfg: RunConfig, policy: compress.Policy, budget: int, key: str) -> None:
@@ -291,6 +322,7 @@ def build_parts(cfg: RunConfig, adapter: ModelAdapter | None = None) -> Parts:
                 f"compress.budget_mib={cfg.compress.budget_mib} holds no video memory once the "
                 f"{prefix}-token prefix is stored: raise it"
             )
+        check_budget_size(budget, "compress.budget_mib")
         if policy.evicts:
             check_budget(cfg, policy, budget, "compress.budget_mib")
     budget_bytes = None if budget is None else int(cache_bytes(budget + prefix, *shape, storage))

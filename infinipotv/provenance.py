@@ -7,10 +7,15 @@ Its top-level keys are what the readers have always read: ``git_sha`` names the 
 commas where they differ, so a run resumed at another commit or on a dirty tree never passes for one made at one),
 ``start`` is the first sitting's and ``end`` the last's, the others the last sitting's. A file written before
 sittings were recorded reads as its one sitting.
+
+``python -m infinipotv.provenance --short`` prints the commit as a study's log records it (``c5aed90`` or
+``c5aed90-dirty``): the study scripts ask here rather than apply a rule of their own, so a sitting's log line and its
+runs' ``provenance.json`` cannot disagree on whether the code was dirty.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import socket
@@ -39,13 +44,18 @@ UNKNOWN = {
 }
 
 
-def code_version(path: Path = Path(__file__).parent) -> tuple[str, bool]:
-    """The commit of the harness code, and whether the work tree has uncommitted changes outside the top-level
-    ``results/`` (what benches and studies write there is output, not code: rerunning one bench after another must
-    not mark the code as changed); ``("unknown", False)`` outside a git checkout."""
+def code_version(path: Path = Path(__file__).parent, short: bool = False) -> tuple[str, bool]:
+    """The commit of the harness code (abbreviated as git does with ``short``), and whether the work tree has
+    uncommitted changes outside the top-level ``results/`` (what benches and studies write there is output, not
+    code: rerunning one bench after another must not mark the code as changed); ``("unknown", False)`` outside a git
+    checkout."""
     try:
         sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True, check=True
+            ["git", "rev-parse", *(["--short"] if short else []), "HEAD"],
+            cwd=path,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude)results"],
@@ -59,10 +69,10 @@ def code_version(path: Path = Path(__file__).parent) -> tuple[str, bool]:
         return "unknown", False
 
 
-def git_sha(path: Path = Path(__file__).parent) -> str:
+def git_sha(path: Path = Path(__file__).parent, short: bool = False) -> str:
     """The commit of the harness code, with a ``-dirty`` suffix when the work tree has uncommitted changes
     (:func:`code_version`)."""
-    return label(dict(zip(("git_sha", "dirty"), code_version(path))))
+    return label(dict(zip(("git_sha", "dirty"), code_version(path, short))))
 
 
 def label(sitting: dict[str, Any]) -> str:
@@ -148,3 +158,14 @@ def provenance(seed: int, all_sittings: list[dict[str, Any]]) -> dict[str, Any]:
         "end": last.get("end"),
         "sittings": all_sittings,
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infinipotv.provenance", description=__doc__.split("\n")[0])
+    parser.add_argument("--short", action="store_true", help="the abbreviated commit, as a study's log records it")
+    print(git_sha(short=parser.parse_args(argv).short))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -138,8 +138,21 @@ class _CheckedLaunch:
         return [returns[job.job_id] for job in jobs]
 
 
-class NoSlurm(CompactHydraException):
-    """A Slurm sweep on a machine without Slurm; Hydra prints this one line, without a traceback, and exits 1."""
+class NoSlurm(CompactHydraException, ValueError):
+    """A Slurm sweep on a machine without Slurm: one line, without a traceback (Hydra's exit 1 in the launcher,
+    run.py's exit 2 before Hydra starts)."""
+
+
+def check_slurm(selected_by: str) -> None:
+    """:class:`NoSlurm` where ``sbatch`` or ``srun`` is not on PATH, naming the local launcher to use in place of
+    ``selected_by`` (the override that chose Slurm)."""
+    missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
+    if missing:
+        raise NoSlurm(
+            f"no Slurm found here ({' and '.join(missing)} not on PATH): start the single-node one with "
+            f"`sudo slurm/start_slurm.sh` (slurm/README.md), or run the sweep on this machine with "
+            f"hydra/launcher=local in place of {selected_by}"
+        )
 
 
 class SlurmLauncher(_CheckedLaunch, submitit_launcher.SlurmLauncher):
@@ -148,13 +161,7 @@ class SlurmLauncher(_CheckedLaunch, submitit_launcher.SlurmLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Refuse at once, in one line, where no Slurm is installed (submitit's own error is a 29-line traceback
         after the sweep check)."""
-        missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
-        if missing:
-            raise NoSlurm(
-                f"no Slurm found here ({' and '.join(missing)} not on PATH): start the single-node one with "
-                f"`sudo slurm/start_slurm.sh` (slurm/README.md), or run the sweep on this machine with "
-                f"hydra/launcher=local in place of +cluster="
-            )
+        check_slurm("+cluster=")
         return super().launch(job_overrides, initial_job_idx)
 
 

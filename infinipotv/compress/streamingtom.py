@@ -171,6 +171,11 @@ def reduce_chunk(
     return torch.cat(tokens), torch.stack(slots)
 
 
+def upstream_window(budget: int) -> int:
+    """Upstream's encode window (4,800 tokens beside 12,544 retrieved) scaled to |M| = ``budget``."""
+    return max(1, round(budget * UPSTREAM_WINDOW / UPSTREAM_RETRIEVED))
+
+
 @register("streamingtom")
 @dataclass(frozen=True)
 class StreamingTOM(Policy):
@@ -241,9 +246,17 @@ class StreamingTOM(Policy):
 
     def window_tokens(self, budget: int) -> int:
         """The encode window for |M| = ``budget``: ``window``, else upstream's 4,800 : 12,544 scaled to |M|."""
-        if self.window is None:
-            return max(1, round(budget * UPSTREAM_WINDOW / UPSTREAM_RETRIEVED))
-        return self.window
+        return upstream_window(budget) if self.window is None else self.window
+
+    def check_stream(self, chunk_frames: int, tokens_per_frame: int, budget: int, n_keep: int) -> None:
+        """An encode window wider than |M| has each chunk's prefill read more of the OQM dequantized than the |M|
+        tokens equal memory grants (past the OQM's length, all of it), while the peak counted stays a smaller
+        window's: refused, naming the largest window."""
+        if self.window is not None and self.window > budget:
+            raise ValueError(
+                f"window={self.window} is more tokens than |M| = {budget}: set compress.window to at most {budget} "
+                f"(or null: upstream's share of |M|, {upstream_window(budget)} tokens)"
+            )
 
     def tokens_kept(self, tokens_per_frame: int) -> int:
         """G for frames of ``tokens_per_frame`` tokens."""

@@ -27,6 +27,7 @@ from infinipotv.config import BenchmarkConfig, ConfigError, register_configs
 from infinipotv.data.base import VideoSample
 from infinipotv.data.loading import benchmark_class
 from infinipotv.data.subset import select
+from infinipotv.data.video import VideoError, check_video_file
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 N_EXAMPLES = 3
@@ -55,6 +56,11 @@ FIXES = [  # (pattern in the reason, the fix); the first match wins
     (
         "neither an option letter nor a candidate",
         "the gold answer is not a candidate (a release error): fix the row or leave it",
+    ),
+    (
+        "is not a candidate",
+        "the official answer is a candidate's text, and this one is none (a release error, or a letter put for the "
+        "text): fix the row or leave it",
     ),
     ("task_type", "a task this benchmark does not score: check benchmark.part and benchmark.annotations"),
     ("is empty", "fill the empty field in the row named (a null is never read as text)"),
@@ -103,6 +109,19 @@ def readable(path: Path) -> str | None:
     return None
 
 
+def _look_for(sample: VideoSample, report: Report) -> None:
+    """Found, missing, or unreadable as the run would say it (a FIFO is never opened: it would block)."""
+    try:
+        check_video_file(sample.path)
+    except VideoError as err:
+        if sample.path.exists() or sample.path.is_symlink():
+            report.unreadable[sample.video_id] = str(err)
+        else:
+            report.missing[sample.video_id] = str(sample.path)
+        return
+    report.found.append(sample.video_id)
+
+
 def examine(samples: list[VideoSample], n_open: int) -> Report:
     """Count questions, look for every video and open up to ``n_open`` of those found (spread over the list)."""
     report = Report()
@@ -112,10 +131,8 @@ def examine(samples: list[VideoSample], n_open: int) -> Report:
             cause, qid = cause_of(s.error)
             report.causes[cause].append(qid)
             report.errors += len(s.questions)
-        elif s.path.is_file():
-            report.found.append(s.video_id)
         else:
-            report.missing[s.video_id] = str(s.path)
+            _look_for(s, report)
     paths = {s.video_id: s.path for s in samples if s.error is None}
     step = max(1, len(report.found) // max(1, n_open)) if n_open else 0
     to_open = report.found[::step][:n_open] if step else []

@@ -102,7 +102,8 @@ def read_json(path: Path) -> Any:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The rows of a released annotation file: .json (a list of rows), .jsonl, .csv or .parquet."""
+    """The rows of a released annotation file: .json (a list of rows), .jsonl, .csv or .parquet; a file holding
+    none (``[]``) is a :class:`DataError`."""
     if not path.is_file():
         raise DataError(
             f"annotation file not found: {path}; put the released file there, set INFINIPOTV_DATA "
@@ -136,6 +137,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         )
     if not isinstance(rows, list):
         raise DataError(f"{path} must hold a list of annotation rows (objects), found {type(rows).__name__}")
+    if not rows:  # a run of it would answer nothing and exit 0, as if it had scored something
+        raise DataError(f"{path} holds no annotation rows (an empty list): re-download the released file")
     return [r if isinstance(r, dict) else {"_problem": f"row is a {type(r).__name__}, not an object"} for r in rows]
 
 

@@ -20,7 +20,8 @@ MAX_NEW_TOKENS = 32
 def _options(row: dict[str, Any]) -> list[str]:
     """The real options: the ``candidates`` list of the released json, or the Hub's option0..option4 minus the
     trailing "N/A" (unused) ones, as lmms-eval drops them. A null option, or a used one after an "N/A", is a bad row:
-    dropping it would move every later option up a letter, and ``correct_choice`` (an index) would name another."""
+    dropping it would move every later option up a letter, and ``correct_choice`` (an index) would name another. An
+    empty one is a bad row too: it would be shown as a bare ``B. ``."""
     if "candidates" in row:
         if not isinstance(row["candidates"], list):
             raise RowError(f"candidates must be a list of 2-5 strings, got {row['candidates']!r}")
@@ -30,6 +31,8 @@ def _options(row: dict[str, Any]) -> list[str]:
     for name, option in named:
         if is_null(option):
             raise RowError(f"{name} is null")
+        if str(option).strip() == "":  # it would be shown as a bare "B. " and scored like any option
+            raise RowError(f"{name} is empty")
     used = [str(o) != "N/A" for _, o in named]
     n_options = used.index(False) if False in used else len(used)
     if any(used[n_options:]):
@@ -55,7 +58,10 @@ class LongVideoBench(AnnotatedBenchmark):
 
     def row(self, row: dict[str, Any]) -> tuple[str, Path, Question]:
         options = dict(zip(LETTERS, _options(row)))
-        choice = int(row["correct_choice"])
+        choice = row["correct_choice"]
+        if isinstance(choice, bool) or (not isinstance(choice, int) and not str(choice).strip().isdigit()):
+            raise RowError(f"correct_choice {choice!r} must be an option index 0-{len(options) - 1}")
+        choice = int(choice)
         if not 0 <= choice < len(options):
             raise RowError(f"correct_choice {choice} is not an index of the {len(options)} options")
         lines = "\n".join(f"{letter}. {text}" for letter, text in options.items())

@@ -5,8 +5,10 @@ inside ``question``, the answer a letter) and the official per-task JSONs (``1_p
 .json``: ``video, duration, question, candidates, answer`` (the option's text), ``question_type``, the needle task
 typed ``findNeedle``), turned into the Hub's shape: ids ``<task>_<k>`` (k counts the task's questions in file order),
 the question followed by its ``(A) ...`` lines. The open-ended tasks (``subPlot``, ``summary``) are not multiple
-choice and are left out. A text answer names the last candidate equal to it, as the official scorer does; an answer
-that is not among the candidates (two in the release) is a bad row.
+choice and are left out. The official answer is always a candidate's text, never a letter (candidates ``["B", "A",
+"D", "C"]`` with answer ``"A"`` key option B, whose text is "A"): it names the last candidate equal to it, as the
+official scorer does, and an answer that is not among the candidates (two in the release) is a bad row. The Hub's
+answer is a letter (a candidate's text is taken too, for exports that give it).
 
 The headline number (M-avg) is the macro mean of the 7 task accuracies; the INT4 study groups them as Holistic,
 Single-detail and Multi-detail. A task without questions in a subset run is listed as ``missing`` and left out of
@@ -91,12 +93,29 @@ def from_official(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "candidates": cands,
                 "question": question,
                 "answer": row.get("answer"),
+                "answer_is_text": True,  # the official files' answer: a candidate's text, never a letter
                 "task_type": task,
                 "question_id": f"{task}_{k}",
                 **source,
             }
         )
     return out
+
+
+def _gold(answer: str, options: dict[str, str], official: bool) -> str:
+    """The gold letter: the official files' answer is a candidate's text (the last equal one, as upstream), the Hub's
+    a letter, else a candidate's text."""
+    by_text = {t: letter for letter, t in options.items()}  # a repeated candidate: the last one, as upstream
+    if official:
+        if answer not in by_text:
+            raise RowError(
+                f"answer {answer!r} is not a candidate (the official files give the answer as a candidate's text)"
+            )
+        return by_text[answer]
+    gold = answer if answer in options else by_text.get(answer)
+    if gold is None:
+        raise RowError(f"answer {answer!r} is neither an option letter nor a candidate")
+    return gold
 
 
 @register
@@ -143,11 +162,7 @@ class MLVU(AnnotatedBenchmark):
         if row["task_type"] not in TASKS:
             raise RowError(f"task_type {row['task_type']!r} is not one of the 7 multiple-choice tasks {TASKS}")
         options = options_from_list(row["candidates"])
-        answer = text(row, "answer").strip()
-        by_text = {t: letter for letter, t in options.items()}  # a repeated candidate: the last one, as upstream
-        gold = answer if answer in options else by_text.get(answer)
-        if gold is None:
-            raise RowError(f"answer {answer!r} is neither an option letter nor a candidate")
+        gold = _gold(text(row, "answer").strip(), options, row.get("answer_is_text", False))
         name = text(row, "video_name")
         candidates = [self.root / name, self.root / "video" / name, *(d / name for d in self._task_folders)]
         question = Question(

@@ -8,12 +8,21 @@ yields those frames one by one in a single sequential pass (never the whole vide
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import av
 import numpy as np
+
+_KINDS = {
+    stat.S_IFIFO: "FIFO (named pipe)",
+    stat.S_IFDIR: "folder",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFSOCK: "socket",
+}
 
 
 class VideoError(RuntimeError):
@@ -35,11 +44,27 @@ def _video_stream(container: av.container.InputContainer, path: Path) -> av.vide
     return container.streams.video[0]
 
 
+def check_video_file(path: Path) -> None:
+    """A :class:`VideoError` unless ``path`` is a regular file (a symlink to one counts): a FIFO would block the
+    decoder for ever waiting for a writer, and a device or a folder is no video. The dataset doctor asks here too,
+    so it says what the run says."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise VideoError(f"video file not found: {path}") from None
+    except OSError as err:
+        raise VideoError(f"cannot read video {path}: {err.strerror or err}") from None
+    if not stat.S_ISREG(mode):
+        raise VideoError(
+            f"video {path} is a {_KINDS.get(stat.S_IFMT(mode), 'special file')}, not a regular file: only regular "
+            f"files are decoded; put the video file itself there"
+        )
+
+
 def probe(path: str | Path) -> VideoInfo:
     """Duration, native frame rate and frame count, from the container (decoding only when the header lacks them)."""
     path = Path(path)
-    if not path.exists():
-        raise VideoError(f"video file not found: {path}")
+    check_video_file(path)
     try:
         with av.open(str(path)) as container:
             stream = _video_stream(container, path)
@@ -103,6 +128,7 @@ def decode_planned(plan: FramePlan) -> Iterator[np.ndarray]:
 
     A header that over-reported the frame count gets its missing frames as repeats of the last decoded one.
     """
+    check_video_file(plan.path)  # it may have been replaced since it was probed
     want = iter(plan.indices.tolist())
     target = next(want, None)
     last = None

@@ -2,7 +2,8 @@
 
 The spec's grammar is checked when it is parsed (:mod:`infinipotv.results.spec`); what it names can only be checked
 against the runs: a row key (``rows.by``, ``match``, ``where``, ``bold``, a stub template) must be one the runs have,
-else every run would read None for it and rows would merge silently; a column's benchmark must be a registered one.
+else every run would read None for it and rows would merge silently; a column's benchmark must be a registered one,
+and its ``score``/``metric`` path one that some run of that benchmark has, else a typo would blank the column.
 A filter value that no run has is a note (its rows may simply not have run yet), never a silently empty table. Runs of
 one configuration made by different code (commit, package versions) are found here too: the report refuses them
 unless told to mix them (``--allow-mixed``).
@@ -18,7 +19,8 @@ from typing import Any
 
 from infinipotv.data import BENCHMARKS
 from infinipotv.results.collect import CANONICAL, Run, code_differences
-from infinipotv.results.spec import AutoRows, ExperimentSpec, SpecError, TableSpec
+from infinipotv.results.scoring import ScorerError, flatten_scores
+from infinipotv.results.spec import AutoRows, ColumnSpec, ExperimentSpec, SpecError, TableSpec
 from infinipotv.results.tables import SAME_RUN, candidates, matches
 
 TEMPLATE_FIELD = re.compile(r"\{([^{}]+)\}")
@@ -90,8 +92,11 @@ def check_spec(spec: ExperimentSpec, runs: Sequence[Run]) -> list[str]:
                     f"{place}: unknown benchmark {column.benchmark!r}"
                     f"{f' (did you mean {close[0]!r}?)' if close else ''}; known: {', '.join(sorted(benchmarks))}"
                 )
-            if not any(r.fields["benchmark"] == column.benchmark for r in runs):
+            ours = [r for r in runs if r.fields["benchmark"] == column.benchmark]
+            if not ours:
                 notes.append(f"{place}: no run of benchmark {column.benchmark!r}; the column's run cells are –")
+            else:
+                _check_path(place, column, ours)
         for place, wanted in _filters(table):
             notes += _unmatched(place, wanted, runs)
     for i, figure in enumerate(spec.figures or ()):
@@ -101,6 +106,37 @@ def check_spec(spec: ExperimentSpec, runs: Sequence[Run]) -> list[str]:
                 raise _unknown_key(place, key, known)
         notes += _unmatched(place, figure.where, runs)
     return notes
+
+
+def _paths(run: Run, column: ColumnSpec, rescored: bool = False) -> set[str]:
+    """The paths ``column`` could show for ``run``: its scores (metrics.json's, and with ``rescored`` those its
+    predictions give, as a cell falls back to them), or the numbers in its metrics.json less the scores and the
+    per-question maps."""
+    if column.metric is not None:
+        return {p for p in flatten_scores(run.metrics) if not p.startswith("scores.") and "_by_question." not in p}
+    paths = set(flatten_scores(run.scores))
+    if rescored:
+        try:
+            paths.update(flatten_scores(run.rescored))
+        except ScorerError:
+            pass  # no scorer: metrics.json's scores are all there is
+    return paths
+
+
+def _check_path(place: str, column: ColumnSpec, runs: Sequence[Run]) -> None:
+    """A :class:`SpecError` naming the nearest known path when no run of the column's benchmark has its path."""
+    if any(column.path in _paths(r, column) for r in runs):
+        return
+    known = sorted(set().union(*(_paths(r, column, rescored=True) for r in runs)))
+    if column.path in known:
+        return
+    close = difflib.get_close_matches(column.path, known, n=1)
+    kind = "score" if column.metric is None else "metric"
+    shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+    raise SpecError(
+        f"{place}: no run of benchmark {column.benchmark!r} has {kind} {column.path!r}"
+        f"{f' (did you mean {close[0]!r}?)' if close else ''}; known: {shown}"
+    )
 
 
 def _unmatched(place: str, wanted: Mapping[str, Any], runs: Sequence[Run]) -> list[str]:

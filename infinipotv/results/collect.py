@@ -7,8 +7,10 @@ re-scored by the benchmark's own scorer, so a merged run is scored exactly like 
 two shards is refused, never silently counted twice. A corrupt file is skipped with a
 :class:`~infinipotv.data.rescore.SkippedInput` warning naming it (and the line): an unreadable config.yaml (or one
 empty, cut short, without its benchmark) skips its run directory, a corrupt metrics.json leaves the run partial and
-scored from its predictions, a score no accuracy can be (NaN, 175) is scored from the predictions. An answer to a
-question the run was not asked is left out, with one warning naming the file and the count.
+scored from its predictions, a score no accuracy can be (NaN, 175), or one its own predictions contradict (a
+hand-edited or stale metrics.json), is scored from the predictions, so that a table's cell and its paired difference
+count the same answers. An answer to a question the run was not asked is left out, with one warning naming the file
+and the count.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import json
 import statistics
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -24,12 +26,15 @@ from typing import Any
 
 import pandas as pd
 
+from infinipotv.config import Parser
+from infinipotv.data.loading import benchmark_class
 from infinipotv.data.rescore import (
     benchmark_config,
     only_asked,
     read_config,
     read_json_object,
     read_predictions,
+    reparse,
     run_questions,
     skip,
 )
@@ -38,6 +43,7 @@ from infinipotv.data.subset import describe, parse_shard
 from infinipotv.provenance import label, sittings
 from infinipotv.results.scoring import (
     ScorerError,
+    contradicted_scores,
     flatten_scores,
     has_scorer,
     implausible_scores,
@@ -51,6 +57,8 @@ IGNORED_FOR_MERGE = ("benchmark.shard", "run_dir")  # keys that differ between s
 MEMORY_COUNTS = ("frames", "frames_with_questions_only")  # metrics.json's memory counts: shards add them up
 RATES = ("encode_fps",)  # time's rates, derived by with_rates (never summed over shards)
 RUN_SECTIONS = ("model", "compress", "quant", "benchmark")  # what a run's config.yaml must hold to say what ran
+# the config keys a table labels its rows with (model, policy, kv, benchmark): each must be one name, never a list
+LABELS = (("model", "family"), ("compress", "name"), ("quant", "name"), ("benchmark", "name"))
 CANONICAL = ("model", "policy", "kv", "budget_tokens", "budget_bytes", "storage", "benchmark", "experiment")
 
 
@@ -196,7 +204,8 @@ def _subset(benchmark: Mapping[str, Any]) -> dict[str, Any]:
 
 def _benchmark_block(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """The run's ``benchmark`` block, checked typed; a ValueError naming the file when the config lacks a section the
-    job always writes (an empty file, one cut short) or its benchmark block does not read as one."""
+    job always writes (an empty file, one cut short), its benchmark block does not read as one, or a name a table
+    labels rows with is not one name (``compress.name: [tar, van]`` would become a row of its own)."""
     missing = [k for k in RUN_SECTIONS if not isinstance(config.get(k), Mapping)]
     if missing:
         raise ValueError(
@@ -211,18 +220,47 @@ def _benchmark_block(config: dict[str, Any], path: Path) -> dict[str, Any]:
         ) from None
     if not bench.get("name"):
         raise ValueError(f"{path}: its benchmark section names no benchmark (`name:`)")
+    for section, key in LABELS:
+        value = config[section].get(key)
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{path}: {section}.{key} is {value!r}, not a name (a hand-edited config.yaml?)")
     return bench
 
 
-def _plausible(scores: dict[str, Any], rescored: Callable[[], dict[str, Any]], path: Path) -> dict[str, Any]:
+def _checked_scores(scores: dict[str, Any], fresh: Mapping[str, Any], path: Path) -> dict[str, Any]:
     """``scores`` as metrics.json holds them, where every value a score cannot take (not a number, NaN, outside
-    [0, 100]) is replaced by the one scored from the predictions (:func:`implausible_scores`), with one warning."""
+    [0, 100]; :func:`implausible_scores`) or that the run's own predictions contradict (:func:`contradicted_scores`)
+    is replaced by ``fresh``, the one scored from the predictions (none where they cannot be scored), with one
+    warning each: a table's cell must count the answers its paired difference counts."""
     bad = implausible_scores(scores)
-    if not bad:
-        return scores
-    shown = ", ".join(f"{k} is {v}" for k, v in bad.items())
-    skip(f"{path}: {shown}: not a score in [0, 100]; scored from the run's predictions instead")
-    return replace_scores(scores, set(bad), rescored())
+    if bad:
+        shown = ", ".join(f"{k} is {v}" for k, v in bad.items())
+        skip(f"{path}: {shown}: not a score in [0, 100]; scored from the run's predictions instead")
+        scores = replace_scores(scores, set(bad), fresh)
+    differ = contradicted_scores(scores, fresh) if fresh else {}
+    if differ:
+        shown = ", ".join(f"{k} is {_shown(a)} there, {_shown(b)} from them" for k, (a, b) in list(differ.items())[:3])
+        skip(
+            f"{path}: its scores are not its predictions' ({shown}{', ...' if len(differ) > 3 else ''}); the tables "
+            f"use the predictions' (`python -m infinipotv.data.rescore {path.parent} --write` stores them)"
+        )
+        scores = replace_scores(scores, set(differ), fresh)
+    return scores
+
+
+def _shown(score: float | None) -> str:
+    return "none" if score is None else f"{score:.1f}"
+
+
+def _as_scored(bench: Mapping[str, Any], metrics: Mapping[str, Any], predictions: list[dict]) -> list[dict]:
+    """The answers as metrics.json's scores read them: ``rescore --parser P --write`` records P beside the scores it
+    writes while predictions.jsonl keeps the run's own parses, so they are parsed again with P (the paired statistics
+    count these answers too)."""
+    parser = metrics.get("parser")
+    if parser == bench.get("parser") or parser not in {p.value for p in Parser}:
+        return predictions
+    cfg = benchmark_config({**bench, "parser": parser, "shard": None})
+    return reparse(predictions, benchmark_class(cfg.name)(cfg))[0]
 
 
 def load_run(path: str | Path, root: str | Path | None = None) -> Run:
@@ -254,13 +292,11 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     elif not metrics.get("complete", False):
         problems.append(f"incomplete: {metrics.get('n_questions')} of {metrics.get('n_expected')} questions")
     scorable = bool(predictions) and has_scorer(bench.get("name"))
-    scores = metrics.get("scores") or {}
-    if isinstance(scores, Mapping) and scores:
-        scores = _plausible(dict(scores), lambda: score_records(bench, predictions) if scorable else {}, path / METRICS)
-    elif scorable:
-        scores = score_records(bench, predictions)
-    else:
-        scores = {}
+    if scorable:
+        predictions = _as_scored(bench, metrics, predictions)
+    fresh = score_records(bench, predictions) if scorable else {}
+    stored = metrics.get("scores")
+    scores = _checked_scores(dict(stored), fresh, path / METRICS) if isinstance(stored, Mapping) and stored else fresh
     run_id = str(path.relative_to(root)) if root is not None else str(path)
     subset = bool(_subset(bench)["is_subset"])
     return Run((path,), run_id, config, predictions, scores, metrics, provenance, not problems, subset, problems)

@@ -172,9 +172,9 @@ def _baseline_for(table: Table, baseline: str | None, notes: list[str]) -> str |
         return None
 
 
-def _existing_outputs(out: Path, spec: ExperimentSpec, formats: Sequence[str]) -> list[str]:
-    """The files of this experiment's report already in ``out`` (what writing it would replace)."""
-    names = [f"{t.name}.{ext}" for t in spec.tables for ext in (*formats, "csv", "json")] + ["runs.csv", "runs.json"]
+def _existing_outputs(out: Path, spec: ExperimentSpec) -> list[str]:
+    """The files of this experiment's report already in ``out``, in any format (what writing it would replace)."""
+    names = [f"{t.name}.{ext}" for t in spec.tables for ext in (*FORMATS, "csv", "json")] + ["runs.csv", "runs.json"]
     found = [name for name in names if (out / name).exists()]
     figures = out / "figures"
     return found + ([f"figures/ ({len(list(figures.iterdir()))} files)"] if figures.is_dir() else [])
@@ -236,7 +236,7 @@ def build_report(
     report.n_runs = len(_used_runs(report.tables))
     if not report.n_runs and any(t.source is None for t in spec.tables):
         raise _no_match(name, runs_dir, runs, model)
-    existing = _existing_outputs(out, spec, formats)
+    existing = _existing_outputs(out, spec)
     if existing and not force:
         raise OutputExists(
             f"{out} already holds this report ({', '.join(existing[:4])}"
@@ -246,7 +246,7 @@ def build_report(
     building = _building(out)
     try:
         _write(report, spec, building, formats, stats, baseline, show_n, n_boot, seed, name)
-        _move_in(building, out)
+        _move_in(building, out, spec)
     finally:
         shutil.rmtree(building, ignore_errors=True)
     report.files = [out / path.relative_to(building) for path in report.files]
@@ -308,16 +308,32 @@ def _building(out: Path) -> Path:
     return building
 
 
-def _move_in(built: Path, out: Path) -> None:
+def _move_in(built: Path, out: Path, spec: ExperimentSpec) -> None:
     """The report built in ``built`` in place of the one in ``out``: a new ``out`` is the built folder renamed (one
-    step); into an existing one each file is renamed over its old self, and its figures folder replaced whole. Other
-    files in ``out`` stay."""
+    step); into an existing one each file is renamed over its old self, its figures folder replaced whole, and a
+    table's file in a format this report did not write (``t.md`` beside a new ``t.tex``) removed, so the report is
+    replaced whole. Other files in ``out`` stay."""
     if not out.exists():
         built.rename(out)
         return
+    stale = _stale({path.name for path in built.iterdir()}, spec)
     old_figures = built / ".old-figures"
     if (out / "figures").is_dir():
         (out / "figures").rename(old_figures)
     for path in sorted(built.iterdir()):
         if path != old_figures:
             path.replace(out / path.name)
+    for name in stale:
+        (out / name).unlink(missing_ok=True)
+
+
+def _stale(written: set[str], spec: ExperimentSpec) -> list[str]:
+    """The files of an earlier report that one writing ``written`` replaces without writing them again: a table's
+    other formats (a generated table this report skipped, its module not installed, keeps its files)."""
+    return [
+        f"{t.name}.{ext}"
+        for t in spec.tables
+        if f"{t.name}.csv" in written
+        for ext in FORMATS
+        if f"{t.name}.{ext}" not in written
+    ]

@@ -80,6 +80,18 @@ def implausible_scores(scores: Mapping[str, Any], prefix: str = "") -> dict[str,
     return bad
 
 
+def contradicted_scores(scores: Mapping[str, Any], fresh: Mapping[str, Any]) -> dict[str, tuple[float, float | None]]:
+    """Each score path where ``scores`` (metrics.json's) holds a number that ``fresh`` (scored from the run's
+    predictions) does not give, with both: a hand-edited or stale metrics.json, whose cell would stand beside a
+    paired difference counted from other answers."""
+    mine, theirs = flatten_scores(scores), flatten_scores(fresh)
+    return {
+        path: (value, theirs.get(path))
+        for path, value in mine.items()
+        if value is not None and (theirs.get(path) is None or not math.isclose(value, theirs[path], abs_tol=1e-6))
+    }
+
+
 def replace_scores(scores: Mapping[str, Any], paths: set[str], other: Mapping[str, Any], prefix: str = "") -> dict:
     """``scores`` with the value at every dotted path in ``paths`` taken from ``other`` (left out where ``other``
     has none)."""

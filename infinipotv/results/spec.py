@@ -151,14 +151,36 @@ class ExperimentSpec:
     figures: tuple[FigureSpec, ...] | None  # None: choose from the data
 
 
+def _mapping(block: Any, where: str) -> Mapping[str, Any]:
+    """``block`` when it is a YAML mapping; a :class:`SpecError` naming where it is otherwise (``table: 5``)."""
+    if not isinstance(block, Mapping):
+        raise SpecError(f"{where}: must be a mapping of keys (see infinipotv/results/spec.py), got {block!r}")
+    return block
+
+
+def _items(value: Any, where: str) -> list[Any]:
+    """``value`` when it is a YAML list; a :class:`SpecError` naming where it is otherwise (``columns: 5``)."""
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: must be a list, got {value!r}")
+    return value
+
+
+def _stem(name: str, where: str, folder: str) -> str:
+    """``name`` when it is a file stem in ``folder`` (no ``/``, nothing a shell or LaTeX reads specially), else a
+    :class:`SpecError`: a table named ``../../escape`` would be written outside ``--out``."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name in (".", ".."):
+        raise SpecError(f"{where}: name {name!r} is a file stem under {folder}: letters, digits, '_', '.', '-' only")
+    return name
+
+
 def _require(block: Mapping[str, Any], key: str, where: str) -> Any:
-    if key not in block or block[key] is None:
+    if key not in _mapping(block, where) or block[key] is None:
         raise SpecError(f"{where}: `{key}` is required (have: {sorted(block)})")
     return block[key]
 
 
 def _check_keys(block: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = set(block) - allowed
+    unknown = set(_mapping(block, where)) - allowed
     if unknown:
         raise SpecError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
 
@@ -254,6 +276,9 @@ def _auto_rows(block: Mapping[str, Any], n_stub: int, where: str) -> AutoRows:
 def parse_table(block: Mapping[str, Any], where: str = "table") -> TableSpec:
     """One table spec from its YAML block (plain containers)."""
     name = str(_require(block, "name", where))
+    _stem(name, where, "--out")
+    if name == "runs":
+        raise SpecError(f"{where}: a table named 'runs' would be overwritten by the report's runs.csv: rename it")
     where = f"{where} {name!r}"
     if "source" in block:
         _check_keys(block, {"name", "caption", "source", "notes"}, where)
@@ -264,12 +289,14 @@ def parse_table(block: Mapping[str, Any], where: str = "table") -> TableSpec:
     allowed = {"name", "caption", "stub", "columns", "rows", "reference", "bold", "baseline", "notes"}
     _check_keys(block, allowed, where)
     stub = _strings(block.get("stub") or ["Method"])
-    columns = tuple(_column(c, f"{where}.columns[{i}]") for i, c in enumerate(_require(block, "columns", where)))
+    given = _items(_require(block, "columns", where), f"{where}.columns")
+    columns = tuple(_column(c, f"{where}.columns[{i}]") for i, c in enumerate(given))
     rows_block = _require(block, "rows", where)
     if isinstance(rows_block, Mapping):
         rows: tuple[RowSpec, ...] | AutoRows = _auto_rows(rows_block, len(stub), f"{where}.rows")
     else:
-        rows = tuple(_explicit_row(r, len(stub), f"{where}.rows[{i}]") for i, r in enumerate(rows_block))
+        given = _items(rows_block, f"{where}.rows")
+        rows = tuple(_explicit_row(r, len(stub), f"{where}.rows[{i}]") for i, r in enumerate(given))
         ids = [r.id for r in rows]
         if len(set(ids)) != len(ids):
             raise SpecError(f"{where}: row ids must be unique, got {ids}")
@@ -306,7 +333,8 @@ def parse_experiment(block: Any, where: str = "table") -> ExperimentSpec:
     if isinstance(block, Mapping) and "tables" in block:
         _check_keys(block, {"tables", "figures"}, where)
         if block.get("figures") is not None:
-            figures = tuple(_figure(f, f"{where}.figures[{i}]") for i, f in enumerate(block["figures"]))
+            given = _items(block["figures"], f"{where}.figures")
+            figures = tuple(_figure(f, f"{where}.figures[{i}]") for i, f in enumerate(given))
             stems = [f.stem() for f in figures]
             for i, stem in enumerate(stems):
                 if stem in stems[:i]:
@@ -315,6 +343,11 @@ def parse_experiment(block: Any, where: str = "table") -> ExperimentSpec:
                         f"`name` (the later would overwrite the earlier)"
                     )
         block = block["tables"]
+    if not isinstance(block, (Mapping, list)):
+        raise SpecError(
+            f"{where}: must be a table (a mapping), a list of tables or {{tables: [...], figures: [...]}}, got "
+            f"{block!r}"
+        )
     tables = [block] if isinstance(block, Mapping) else list(block)
     parsed = tuple(parse_table(t, f"{where}[{i}]") for i, t in enumerate(tables))
     names = [t.name for t in parsed]
@@ -334,8 +367,8 @@ def _figure(block: Mapping[str, Any], where: str) -> FigureSpec:
         raise SpecError(f"{where}: `metric` (the x axis, a path into metrics.json) goes with kind accuracy_vs_metric")
     metric = None if block.get("metric") is None else str(block["metric"])
     name = block.get("name")
-    if name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", str(name)):
-        raise SpecError(f"{where}: name {name!r} is a file stem under figures/: letters, digits, '_', '.', '-' only")
+    if name is not None:
+        _stem(str(name), where, "figures/")
     return FigureSpec(
         kind,
         block.get("benchmark"),

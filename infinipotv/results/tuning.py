@@ -19,8 +19,11 @@ every budget and checked at ``check``: the tuned and default runs there say whet
 
 Writes ``results/STUDY/tuning.md`` (the grid, each value's development score and n, the choice and the check) and
 ``results/STUDY/tuning.json`` (the chosen overrides per method), which the study's script reads back with
-``--overrides METHOD`` to launch the tuned runs. A value of the grid without its run is a missing row, and its method
-keeps its default until every value has run: a partial grid never chooses.
+``--overrides METHOD`` to launch the tuned runs. A value counts only from a complete run of the whole development
+selection at one commit: a value without such a run (none yet, one killed after a few answers, a subset, shards made
+at different commits) is a missing row (the table says why), and its method keeps its default, with ``complete``
+false in tuning.json, until every value has one: a partial grid never chooses. Bad input (no tuning.json, a corrupt
+one, an unknown experiment, a runs folder that does not exist) is one ``error:`` line, exit 2.
 """
 
 from __future__ import annotations
@@ -28,17 +31,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from infinipotv import compress
+from infinipotv.data.rescore import SkippedInput, print_skipped
 from infinipotv.results.collect import Run, load_runs
 from infinipotv.results.published import same_value
-from infinipotv.results.report import experiment_file
+from infinipotv.results.report import experiment_file, read_experiment
 from infinipotv.results.tables import matches
 
 C_RATIO = "compress.c_ratio"
@@ -46,7 +49,8 @@ C_RATIO = "compress.c_ratio"
 
 @dataclass(frozen=True)
 class Trial:
-    """One value of a method's knob on the development runs (``score`` None: not run yet)."""
+    """One value of a method's knob on the development runs (``score`` None: no run that counts yet; ``why``: what
+    the run found instead lacks)."""
 
     method: str
     knob: str
@@ -54,6 +58,7 @@ class Trial:
     default: bool
     score: float | None
     n: int
+    why: str = ""
 
 
 def default_value(method: str, knob: str) -> Any:
@@ -63,6 +68,23 @@ def default_value(method: str, knob: str) -> Any:
     return compress.policy_params(method)[knob.removeprefix("compress.")]
 
 
+def commits(run: Run) -> list[str]:
+    """The commits its provenance names (merged shards name each of theirs, comma-separated)."""
+    return sorted({sha for sha in str(run.provenance.get("git_sha") or "").split(",") if sha})
+
+
+def not_counted(run: Run) -> str | None:
+    """Why the run's score cannot stand for its value, or None: a value counts only from a complete run of the whole
+    development selection at one commit (a run killed after one answer scores 100.0 on n = 1)."""
+    if not run.complete:
+        return f"partial: {'; '.join(run.problems)}"
+    if run.subset:
+        return "a subset of the development questions"
+    if len(commits(run)) > 1:
+        return f"made at {len(commits(run))} commits ({', '.join(commits(run))})"
+    return None
+
+
 def _score(runs: Sequence[Run], method: str, knob: str, value: Any, where: Mapping[str, Any], score: str) -> Trial:
     found = [
         r
@@ -70,9 +92,12 @@ def _score(runs: Sequence[Run], method: str, knob: str, value: Any, where: Mappi
         if r.fields["policy"] == method and matches(r.fields, where) and same_value(r.flat_config.get(knob), value)
     ]
     default = same_value(value, default_value(method, knob))
-    if not found:
-        return Trial(method, knob, value, default, None, 0)
-    run = max(found, key=lambda r: len(r.predictions))
+    counted = [r for r in found if not_counted(r) is None]
+    if not counted:
+        best = max(found, key=lambda r: len(r.predictions), default=None)
+        why = "" if best is None else str(not_counted(best))
+        return Trial(method, knob, value, default, None, 0 if best is None else len(best.predictions), why)
+    run = max(counted, key=lambda r: len(r.predictions))
     value_found = run.scores.get(score)
     return Trial(
         method, knob, value, default, None if value_found is None else float(value_found), len(run.predictions)
@@ -105,6 +130,13 @@ def overrides(trial: Trial) -> list[str]:
     return [] if trial.default else [f"{trial.knob}={trial.value}"]
 
 
+def _shown(trial: Trial) -> str:
+    """A trial's score cell: the score, or – and why the run found does not count."""
+    if trial.score is not None:
+        return f"{trial.score:.1f}"
+    return f"– ({trial.why})" if trial.why else "–"
+
+
 def _fmt(value: Any) -> str:
     """A value as the table shows it; None is a knob left to the policy, which derives it from upstream's share."""
     if value is None:
@@ -132,7 +164,7 @@ def tuning_report(runs: Sequence[Run], spec: Mapping[str, Any]) -> tuple[str, di
             c = checked.get(_fmt(t.value))
             lines.append(
                 f"| {method} | {t.knob.removeprefix('compress.')} | {_fmt(t.value)} | {'yes' if t.default else ''} | "
-                f"{'–' if t.score is None else f'{t.score:.1f}'} | {t.n or '–'} | "
+                f"{_shown(t)} | {t.n or '–'} | "
                 f"{'**yes**' if chosen is not None and chosen.value == t.value else ''} | "
                 f"{'' if c is None or c.score is None else f'{c.score:.1f}'} |"
             )
@@ -151,6 +183,41 @@ def tuning_report(runs: Sequence[Run], spec: Mapping[str, Any]) -> tuple[str, di
     return "\n".join(lines) + "\n", chosen_json
 
 
+def chosen_overrides(path: Path, method: str) -> list[str]:
+    """``method``'s chosen overrides as ``path`` (tuning.json) records them; a ValueError line naming the file and
+    the fix when there are none to read."""
+    again = "run `python -m infinipotv.results.tuning EXPERIMENT` (after the development runs) to write it"
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist: {again}")
+    try:
+        tuning = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not JSON ({err}): {again} again") from None
+    chosen = tuning.get(method) if isinstance(tuning, dict) else None
+    if (
+        not isinstance(chosen, dict)
+        or chosen.get("complete") is not True
+        or not isinstance(chosen.get("overrides"), list)
+    ):
+        raise ValueError(f"{method} has no complete tuning in {path}")
+    return [str(o) for o in chosen["overrides"]]
+
+
+def write_tuning(path: Path, runs_dir: str, out: Path) -> str:
+    """The tuning table of the experiment file ``path`` from the runs under ``runs_dir``, written into ``out``."""
+    experiment = read_experiment(path)
+    spec = experiment.get("tuning")
+    if not spec:
+        raise ValueError(f"{path} has no `tuning` block")
+    name = experiment.get("experiment", path.stem)
+    runs = [r for r in load_runs(runs_dir) if r.fields["experiment"] == name]
+    text, chosen = tuning_report(runs, spec)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tuning.md").write_text(text)
+    (out / "tuning.json").write_text(json.dumps(chosen, indent=2, sort_keys=True) + "\n")
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infinipotv.results.tuning", description=__doc__)
     parser.add_argument("experiment", help="name of experiments/NAME.yaml (its `tuning` block)")
@@ -158,26 +225,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="output folder (default results/EXPERIMENT/)")
     parser.add_argument("--overrides", metavar="METHOD", help="print METHOD's chosen overrides (from tuning.json)")
     args = parser.parse_args(argv)
-    path = experiment_file(args.experiment)
-    out = Path(args.out or Path("results") / path.stem)
-    if args.overrides:
-        chosen = json.loads((out / "tuning.json").read_text()).get(args.overrides)
-        if chosen is None or not chosen["complete"]:
-            print(f"error: {args.overrides} has no complete tuning in {out / 'tuning.json'}", file=sys.stderr)
+    with warnings.catch_warnings(record=True) as skipped:
+        warnings.simplefilter("always", SkippedInput)
+        try:
+            path = experiment_file(args.experiment)
+            out = Path(args.out or Path("results") / path.stem)
+            if args.overrides:
+                print(" ".join(chosen_overrides(out / "tuning.json", args.overrides)))
+                return 0
+            text = write_tuning(path, args.runs, out)
+        except (OSError, ValueError) as err:  # a missing or corrupt file, an unknown experiment: one line
+            print_skipped(skipped)
+            print(f"error: {err}", file=sys.stderr)
             return 2
-        print(" ".join(chosen["overrides"]))
-        return 0
-    experiment = yaml.safe_load(path.read_text()) or {}
-    spec = experiment.get("tuning")
-    if not spec:
-        print(f"error: {path} has no `tuning` block", file=sys.stderr)
-        return 2
-    name = experiment.get("experiment", path.stem)
-    runs = [r for r in load_runs(args.runs) if r.fields["experiment"] == name]
-    text, chosen = tuning_report(runs, spec)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tuning.md").write_text(text)
-    (out / "tuning.json").write_text(json.dumps(chosen, indent=2, sort_keys=True) + "\n")
+    print_skipped(skipped)
     print(text)
     print(f"wrote {out / 'tuning.md'} and {out / 'tuning.json'}")
     return 0

@@ -128,7 +128,9 @@ def test_official_mlvu_types_and_open_ended_files(tmp_path: Path) -> None:
     assert qs["plotQA_1"].gold == "C"  # "A cup" is candidate A and C: the last one, as the official scorer
     assert all(q.qid != "summary_0" for s in samples for q in s.questions)  # 9_summary.json is open-ended
     (bad,) = [s.error for s in samples if s.error]
-    assert bad.startswith("2_needle.json row 1 (needle_1): answer 'Catching a flying drone quadcopter' is neither")
+    assert bad.startswith(
+        "2_needle.json row 1 (needle_1): answer 'Catching a flying drone quadcopter' is not a candidate"
+    )
 
 
 def test_official_egoschema_subset_is_its_answered_questions(tmp_path: Path) -> None:

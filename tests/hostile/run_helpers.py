@@ -1,17 +1,21 @@
-"""What the run-directory probes share: a small in-process run on toy data, a folder's files to compare, and a
-file-size limit for a block."""
+"""What the run-directory probes share: a small in-process run on toy data, a folder's files to compare, a
+file-size limit for a block, and run.py on an experiment file of the probe's own."""
 
 from __future__ import annotations
 
+import os
 import resource
+import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConfig, RunConfig
 from infinipotv.data.toy import BUILDERS
-from tests.helpers import TINY_QWEN2VL
+from tests.helpers import ROOT, TINY_QWEN2VL
 
 
 def toy_config(root: Path, benchmark: str = "videomme") -> RunConfig:
@@ -42,3 +46,20 @@ def file_size_limit(limit: int) -> Iterator[None]:
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, handler)
+
+
+def run_experiment(tmp_path: Path, name: str, text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``run.py +experiment=NAME ARGS`` with ``text`` as experiments/NAME.yaml, from a copy of the entry point and
+    conf/ in ``tmp_path`` (so the repository gains no file) and this checkout's package first on the path."""
+    shutil.copy(ROOT / "run.py", tmp_path / "run.py")
+    shutil.copytree(ROOT / "conf", tmp_path / "conf", symlinks=True)
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / f"{name}.yaml").write_text(text)
+    return subprocess.run(
+        [sys.executable, "run.py", f"+experiment={name}", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HYDRA_FULL_ERROR": "0"},
+    )

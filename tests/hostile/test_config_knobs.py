@@ -60,6 +60,11 @@ KNOBS = [
 @pytest.mark.parametrize("overrides, refused", KNOBS, ids=[" ".join(o) for o, _ in KNOBS])
 def test_a_nonsense_knob_is_refused_naming_the_option_and_a_valid_value(overrides, refused):
     """Nonsense model/eval/compress knobs and typo'd option keys are refused in one line"""
+    assert_refused(overrides, refused)
+
+
+def assert_refused(overrides: list[str], refused: str) -> None:
+    """The config of ``overrides`` is refused when validated, in one line matching ``refused``."""
     with pytest.raises(ConfigError, match=refused) as err:
         validate(composed(*overrides))
     assert "\n" not in str(err.value)

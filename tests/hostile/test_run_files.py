@@ -20,7 +20,7 @@ from infinipotv.job import _drop_partial_traces, run_job
 from infinipotv.results.collect import load_run
 from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS, REJECTED, RunDirError, claim, rewrite
 from tests.helpers import ROOT, run_py
-from tests.hostile.run_helpers import file_size_limit, files_under, toy_config
+from tests.hostile.run_helpers import file_size_limit, files_under, run_experiment, toy_config
 
 _SECOND_WRITER = """
 import sys
@@ -232,20 +232,8 @@ def test_a_run_dir_naming_a_file_is_one_line(tmp_path):
 
 def test_an_experiment_file_with_a_yaml_tag_is_one_line(tmp_path):
     """an experiment file with a YAML tag is refused by run.py in one line, and nothing runs"""
-    shutil.copy(ROOT / "run.py", tmp_path / "run.py")  # a copy of the entry point, so the repository gains no file
-    shutil.copytree(ROOT / "conf", tmp_path / "conf", symlinks=True)
-    (tmp_path / "experiments").mkdir()
-    (tmp_path / "experiments" / "tagged.yaml").write_text(
-        "# @package _global_\nexperiment: tagged\nfoo: !!python/object/apply:os.system [touch pwned]\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "run.py", "+experiment=tagged", f"run_dir={tmp_path / 'run'}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
-    )
+    tagged = "# @package _global_\nexperiment: tagged\nfoo: !!python/object/apply:os.system [touch pwned]\n"
+    out = run_experiment(tmp_path, "tagged", tagged, f"run_dir={tmp_path / 'run'}")
     line = _one_error_line(out)
     assert "tagged.yaml: not a readable experiment file" in line and "python/object/apply" in line
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "run").exists()
