@@ -36,6 +36,7 @@ dev_a() {
 
 dev_b() {
   sweep compress=rekv,livevlm,streamkv,weavetime compress.c_ratio=0.25,0.75 "${DEV[@]}"
+  sweep compress=weavetime compress.threshold=0,0.3,0.45 "${DEV[@]}"
   sweep compress=streammem compress.prototypes=false "${DEV[@]}"
   sweep compress=mukv compress.topk_segment=24 "${DEV[@]}"
   sweep compress=streamingtom compress.retain=2,6 "${DEV[@]}"

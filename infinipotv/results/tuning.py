@@ -8,8 +8,9 @@ The rule and the grid live in the study's experiment file, in its ``tuning`` blo
       check: {benchmark.seed: 2, compress.budget: 288}   # the budget where a choice is checked again
       score: overall                                     # the score the rule reads
       margin: 3.0                                        # points a setting must gain over the default
-      grids:                                             # per method: its knob and the values tried besides
+      grids:                                             # per method: its knobs and the values tried besides
         rekv: {compress.c_ratio: [0.25, 0.75]}           # the method's default (its upstream proportion)
+        weavetime: {compress.c_ratio: [0.25], compress.threshold: [0.3]}  # one knob at a time, the other default
 
 The rule: each method's default (the run without the knob set: its upstream proportion) is kept unless another
 value of the grid scores at least ``margin`` points more on the development runs; then the best such value is
@@ -85,11 +86,17 @@ def not_counted(run: Run) -> str | None:
     return None
 
 
-def _score(runs: Sequence[Run], method: str, knob: str, value: Any, where: Mapping[str, Any], score: str) -> Trial:
+def _score(
+    runs: Sequence[Run], method: str, knob: str, setting: Mapping[str, Any], where: Mapping[str, Any], score: str
+) -> Trial:
+    """``knob``'s value in ``setting`` (every knob of the method's grid: the others at their defaults), scored."""
+    value = setting[knob]
     found = [
         r
         for r in runs
-        if r.fields["policy"] == method and matches(r.fields, where) and same_value(r.flat_config.get(knob), value)
+        if r.fields["policy"] == method
+        and matches(r.fields, where)
+        and all(same_value(r.flat_config.get(k), v) for k, v in setting.items())
     ]
     default = same_value(value, default_value(method, knob))
     counted = [r for r in found if not_counted(r) is None]
@@ -105,14 +112,19 @@ def _score(runs: Sequence[Run], method: str, knob: str, value: Any, where: Mappi
 
 
 def trials(runs: Sequence[Run], spec: Mapping[str, Any], where: Mapping[str, Any]) -> dict[str, list[Trial]]:
-    """Per method, the default first and then the grid's values, each with its score on the runs ``where``."""
+    """Per method, the default first and then the grid's values, each with its score on the runs ``where``. A grid
+    of several knobs varies one at a time, the others at their defaults (WeaveTime's split and its gate)."""
     out = {}
+    score = spec.get("score", "overall")
     for method, grid in spec["grids"].items():
-        (knob, values), *more = grid.items()
-        if more:
-            raise ValueError(f"tuning.grids.{method}: one knob per method, got {', '.join(grid)}")
-        values = [default_value(method, knob), *(v for v in values if not same_value(v, default_value(method, knob)))]
-        out[method] = [_score(runs, method, knob, v, where, spec.get("score", "overall")) for v in values]
+        defaults = {knob: default_value(method, knob) for knob in grid}
+        first = next(iter(grid))
+        out[method] = [_score(runs, method, first, defaults, where, score)] + [
+            _score(runs, method, knob, {**defaults, knob: v}, where, score)
+            for knob, values in grid.items()
+            for v in values
+            if not same_value(v, defaults[knob])
+        ]
     return out
 
 
@@ -159,18 +171,19 @@ def tuning_report(runs: Sequence[Run], spec: Mapping[str, Any]) -> tuple[str, di
     chosen_json: dict[str, Any] = {}
     for method, candidates in dev.items():
         chosen = choose(candidates, margin)
-        checked = {_fmt(t.value): t for t in check.get(method, [])}
+        checked = {(t.knob, _fmt(t.value)): t for t in check.get(method, [])}
         for t in candidates:
-            c = checked.get(_fmt(t.value))
+            c = checked.get((t.knob, _fmt(t.value)))
             lines.append(
                 f"| {method} | {t.knob.removeprefix('compress.')} | {_fmt(t.value)} | {'yes' if t.default else ''} | "
                 f"{_shown(t)} | {t.n or '–'} | "
-                f"{'**yes**' if chosen is not None and chosen.value == t.value else ''} | "
+                f"{'**yes**' if chosen is t else ''} | "
                 f"{'' if c is None or c.score is None else f'{c.score:.1f}'} |"
             )
+        knob = (chosen or candidates[0]).knob
         chosen_json[method] = {
-            "knob": candidates[0].knob,
-            "default": candidates[0].value,
+            "knob": knob,
+            "default": default_value(method, knob),
             "chosen": None if chosen is None else chosen.value,
             "overrides": None if chosen is None else overrides(chosen),
             "complete": chosen is not None,

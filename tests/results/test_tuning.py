@@ -5,6 +5,7 @@ the choice back as the overrides of its tuned runs."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,36 @@ def test_the_rule_keeps_the_default_within_the_margin_and_takes_a_clear_gain() -
     assert chosen["tar_van_pool"]["chosen"] == 0.75 and chosen["tar_van_pool"]["overrides"] == []
     assert "| rekv | c_ratio | 0.25 |  | 26.0 | 100 | **yes** | 25.0 |" in text
     assert f"| rekv | c_ratio | {REKV:.4g} | yes | 20.0 | 100 |  | 21.0 |" in text
+
+
+def test_a_grid_of_two_knobs_varies_one_at_a_time() -> None:
+    """WeaveTime's split and its gate: each value runs with the other knob at its default, and a run that sets both
+    stands for neither; the choice names its own knob."""
+    spec = {**SPEC, "grids": {"weavetime": {"compress.c_ratio": [0.25], "compress.threshold": [0.0, 0.3]}}}
+    split = compress.POLICIES["weavetime"].default_c_ratio
+
+    def weavetime(c_ratio: float, threshold: float, score: float) -> Run:
+        r = run("weavetime", c_ratio, score)
+        r.config["compress"]["threshold"] = threshold
+        return replace(r, id=f"{r.id}-{threshold}")
+
+    runs = [
+        weavetime(split, 0.6, 30.0),
+        weavetime(0.25, 0.6, 31.0),
+        weavetime(split, 0.0, 36.0),
+        weavetime(split, 0.3, 33.0),
+        weavetime(0.25, 0.0, 90.0),  # both moved: no trial of the grid
+    ]
+    text, chosen = tuning_report(runs, spec)
+    assert chosen["weavetime"] == {
+        "knob": "compress.threshold",
+        "default": 0.6,
+        "chosen": 0.0,
+        "overrides": ["compress.threshold=0.0"],
+        "complete": True,
+    }
+    assert "| weavetime | threshold | 0 |  | 36.0 | 100 | **yes** |" in text
+    assert "| weavetime | c_ratio | 0.25 |  | 31.0 | 100 |  |" in text
 
 
 def test_a_partial_grid_never_chooses() -> None:

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The robustness study of experiments/robustness.yaml: every method at |M| = 144 on seed 0 (200 questions) on each
+# setting that removes one artifact of the symbolic benchmark, in two lanes (one core each). The fair study's
+# development phase comes first (bash experiments/fair_peers.sh dev): the tuned rows are the ones its rule chose.
+# Usage: bash experiments/robustness.sh   (from the repository root, after `make install`)
+# Time: ~7 min per 200-question run per core on a 2-core VM (MuKV ~16 min; the background setting's 24-token frames
+# about twice that), ~60 runs: the study spans sittings. Every sweep resumes its own run directories under
+# results/runs/robustness; commit them at the end of a sitting as experiments/study.sh says. Wall times go to
+# study.log. tests/results/test_fair_peers.py composes every `sweep` line below.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXPERIMENT=robustness
+source experiments/study.sh
+
+SETTINGS=(cue lengths background)
+cue=(benchmark.options.answer_cue=kind)
+lengths=('benchmark.options.needle_frames=[3,6]')
+background=('benchmark.options.grid=[6,4]' benchmark.options.background_rows=3 model.max_pixels=6144)
+# the fair study's halves (experiments/fair_peers.sh), the lighter half with the full cache and INT4
+HALF_A=compress=swa,van,tar_van,van_pool,tar_van_pool,rekv,livevlm
+HALF_B=compress=streamkv,weavetime,mukv,streammem,streamingvlm,streamingtom
+TUNED=(swa van tar_van van_pool tar_van_pool rekv livevlm streamkv weavetime mukv streammem streamingtom)
+
+setting() {  # the overrides of setting $1
+  local -n overrides=$1
+  printf '%s\n' "${overrides[@]}"
+}
+
+lane_a() {
+  local name
+  for name in "${SETTINGS[@]}"; do
+    mapfile -t s < <(setting "$name")
+    sweep "$HALF_A" label=upstream "${s[@]}"
+    sweep compress=full compress.budget=null label=upstream "${s[@]}"
+    sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib=3.3921 label=upstream "${s[@]}"
+  done
+  for_tuned 0
+}
+
+lane_b() {
+  local name
+  for name in "${SETTINGS[@]}"; do
+    mapfile -t s < <(setting "$name")
+    sweep "$HALF_B" label=upstream "${s[@]}"
+  done
+  for_tuned 1
+}
+
+for_tuned() {  # lane $1 of 2: each of its half of the methods the fair study's rule retuned, on every setting
+  local i=0 method chosen name
+  for method in "${TUNED[@]}"; do
+    i=$((i + 1))
+    [ $((i % 2)) -eq "$1" ] || continue
+    chosen=$("$PY" -m infinipotv.results.tuning fair_peers --overrides "$method")
+    [ -n "$chosen" ] || continue
+    for name in "${SETTINGS[@]}"; do
+      mapfile -t s < <(setting "$name")
+      # shellcheck disable=SC2086  # the chosen overrides are words
+      sweep compress="$method" $chosen label=tuned "${s[@]}"
+    done
+  done
+}
+
+for name in "${SETTINGS[@]}"; do
+  mapfile -t s < <(setting "$name")
+  generate "${s[@]}"
+done
+run_study
