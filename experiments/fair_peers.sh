@@ -2,12 +2,14 @@
 # The fair field study of experiments/fair_peers.yaml, in phases, two lanes (one core each) per phase:
 #   dev    the development grid on seed 2 (100 questions, |M| = 144): every method's default and its `tuning` grid
 #   tune   python -m infinipotv.results.tuning fair_peers: the rule picks each method's setting (tuning.md/.json)
+#   m144   the |M| = 144 rows of seed 0 alone (upstream and tuned): the robustness study's default column
+#          (experiments/robustness.sh), before the rest of the test phase
 #   test   seed 0 at |M| = 72, 144, 288, 576 at the upstream split, then the tuned rows, INT4 at equal bytes, the
 #          full cache, StreamingTOM at |M| = 576's bytes, seed 1 at |M| = 144, the check of each choice at
 #          |M| = 288 on the development seed, and StreamKV's layer-adaptive retrieval counts (upstream's
 #          retrieve_temp = 0.5) at its upstream split
 #   tables python -m infinipotv.results fair_peers
-# Usage: bash experiments/fair_peers.sh [dev|test|all]   (from the repository root, after `make install`)
+# Usage: bash experiments/fair_peers.sh [dev|m144|test|all]   (from the repository root, after `make install`)
 # Time: ~3.5 min per 100-question run and ~6.5 min per 200-question run per core on a 2-core VM: the development
 # grid ~30 runs (~1 h), the test phase ~110 runs (~6 h), so the study spans sittings. Every sweep resumes its own run
 # directories under results/runs/fair_peers, so running the script again continues where it stopped; commit the
@@ -51,6 +53,16 @@ HALF_B=compress=streamkv,weavetime,mukv,streammem,streamingvlm,streamingtom
 # StreamKV's upstream retrieval (issue 43): per-layer counts in [R/2, 3R/2] from the question's scores, the same
 # total bytes; added after the test rows were run, so it runs last in both lanes.
 ADAPTIVE=(compress=streamkv compress.retrieve_temp=0.5 label=adaptive)
+
+m144_a() {
+  sweep "$HALF_A" label=upstream compress.budget=144
+  for_tuned 0 tuned_at 144
+}
+
+m144_b() {
+  sweep "$HALF_B" label=upstream compress.budget=144
+  for_tuned 1 tuned_at 144
+}
 
 test_a() {
   for budget in 144 288 72; do
@@ -118,9 +130,9 @@ tuned_check() {  # method $1, its chosen overrides: the choice beside the defaul
 
 phase=${1:-all}
 case $phase in
-  dev | test | all) ;;
+  dev | m144 | test | all) ;;
   *)
-    echo "error: unknown phase '$phase'; the phases: dev, test, all (the default): bash experiments/fair_peers.sh [dev|test|all]" >&2
+    echo "error: unknown phase '$phase'; the phases: dev, m144, test, all (the default): bash experiments/fair_peers.sh [dev|m144|test|all]" >&2
     exit 2
     ;;
 esac
@@ -130,6 +142,10 @@ generate benchmark.seed=1
 if [ "$phase" = dev ] || [ "$phase" = all ]; then
   run_lanes dev_a dev_b
   "$PY" -m infinipotv.results.tuning "$EXPERIMENT"
+  "$PY" -m infinipotv.compact "$EXPERIMENT"
+fi
+if [ "$phase" = m144 ]; then
+  run_lanes m144_a m144_b
   "$PY" -m infinipotv.compact "$EXPERIMENT"
 fi
 if [ "$phase" = test ] || [ "$phase" = all ]; then

@@ -36,6 +36,9 @@ def _filters(spec: TableSpec) -> Iterator[tuple[str, Mapping[str, Any]]]:
             if row.match is not None:
                 yield f"{where} row {row.id!r} match", row.match
     yield f"{where}.bold.exclude", spec.bold_exclude
+    for i, column in enumerate(spec.columns):
+        if column.where:
+            yield f"{where}.columns[{i}].where", column.where
 
 
 def _keys(spec: TableSpec) -> Iterator[tuple[str, str]]:

@@ -100,7 +100,7 @@ def _default_figures(tables: Sequence[Table]) -> list[FigureSpec]:
     figures: dict[tuple[str, str | None, str | None], FigureSpec] = {}
     for table in tables:
         for column in table.spec.columns:
-            runs = [r.runs[column.benchmark] for r in table.rows if column.benchmark in r.runs]
+            runs = [r.runs[column.key] for r in table.rows if column.key in r.runs]
             budgets = {run.fields["budget_tokens"] for run in runs}
             if column.score is not None and len(budgets - {None}) >= 2:
                 figures.setdefault(

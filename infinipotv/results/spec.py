@@ -11,6 +11,9 @@ Shape (YAML, inside ``experiments/NAME.yaml``)::
         - {benchmark: videomme, score: overall, label: All, paired: true}  # + its n and the difference vs the
                                                                              # baseline row with its 95% CI
         - {benchmark: videomme, metric: memory.peak_accelerator_bytes, scale: MiB, label: MiB}
+        - {benchmark: symbolic, score: overall, label: Cue, where: {benchmark.options.answer_cue: kind}}
+                                 # `where` (as rows' `where`): the column's run is the row's run that also matches
+                                 # it, so one row can show one method on several settings side by side
                                  # a measurement, not a score: a path into metrics.json, times `scale` (a number or
                                  # KiB, MiB, GiB for bytes, ms for seconds)
                                  # `better: higher | lower` says which value is bolded; default: lower for bytes and
@@ -78,6 +81,15 @@ class ColumnSpec:
     paired: bool = False  # also show, beside it, its question count and the paired difference vs the baseline row
     metric: str | None = None
     scale: float = 1.0  # a metric's unit: 2**-20 for bytes as MiB
+    where: dict[str, Any] = field(default_factory=dict)  # the row's runs this column draws on (as rows' `where`)
+
+    @property
+    def key(self) -> str:
+        """Which of a row's runs the column shows: the row's run of its benchmark, or of its benchmark that matches
+        its ``where`` (columns with one key share a run, and so their paired statistics)."""
+        if not self.where:
+            return self.benchmark
+        return self.benchmark + " " + ", ".join(f"{k}={v}" for k, v in sorted(self.where.items()))
 
     @property
     def path(self) -> str:
@@ -192,7 +204,9 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 SCALES = {"KiB": 2**-10, "MiB": 2**-20, "GiB": 2**-30, "ms": 1e3}  # named units of a metric's `scale` (bytes, s)
 FIGURE_KINDS = ("accuracy_vs_budget", "accuracy_vs_metric", "memory_trace")
-COLUMN_KEYS = {"benchmark", "score", "metric", "scale", "label", "group", "published", "decimals", "better", "paired"}
+COLUMN_KEYS = {
+    "benchmark", "score", "metric", "scale", "label", "group", "published", "decimals", "better", "paired", "where"
+}
 
 
 def _scale(block: Mapping[str, Any], where: str) -> float:
@@ -244,6 +258,7 @@ def _column(block: Mapping[str, Any], where: str) -> ColumnSpec:
         paired=bool(block.get("paired", False)),
         metric=metric,
         scale=float(scale),
+        where=dict(_mapping(block.get("where") or {}, f"{where}.where")),
     )
     if column.better not in ("higher", "lower"):
         raise SpecError(f"{where}: better must be 'higher' or 'lower', got {column.better!r}")

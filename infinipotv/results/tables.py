@@ -170,14 +170,15 @@ def _choose(candidates: Sequence[Run], experiment: str | None, what: str, notes:
     return ranked[0]
 
 
-def _by_benchmark(
+def _by_column(
     runs: Sequence[Run], spec: TableSpec, experiment: str | None, what: str, notes: list[str]
 ) -> dict[str, Run]:
+    """The run behind each column key (:attr:`~infinipotv.results.spec.ColumnSpec.key`) among a row's runs."""
     chosen = {}
-    for benchmark in dict.fromkeys(c.benchmark for c in spec.columns):
-        candidates = [r for r in runs if r.fields["benchmark"] == benchmark]
+    for column in {c.key: c for c in spec.columns}.values():
+        candidates = [r for r in runs if r.fields["benchmark"] == column.benchmark and matches(r.fields, column.where)]
         if candidates:
-            chosen[benchmark] = _choose(candidates, experiment, f"{what} / {benchmark}", notes)
+            chosen[column.key] = _choose(candidates, experiment, f"{what} / {column.key}", notes)
     return chosen
 
 
@@ -212,7 +213,7 @@ def _published_row(
 def _run_cells(spec: TableSpec, row: Row, notes: list[str]) -> list[Cell]:
     cells = []
     for column in spec.columns:
-        run = row.runs.get(column.benchmark)
+        run = row.runs.get(column.key)
         if run is None:
             cells.append(Cell())
             continue
@@ -278,7 +279,7 @@ def _explicit_rows(
             rows.append(_published_row(spec, published, row_spec.id, row_spec.stub, found[0], where))
             continue
         matched = [r for r in runs if matches(r.fields, row_spec.match)]
-        by_benchmark = _by_benchmark(matched, spec, experiment, where, notes)
+        by_benchmark = _by_column(matched, spec, experiment, where, notes)
         first = next(iter(by_benchmark.values()), None)
         rows.append(
             Row(row_spec.id, row_spec.stub, {**(first.fields if first else {}), **row_spec.match}, by_benchmark)
@@ -318,7 +319,7 @@ def _auto_rows(
     for row_id, members in groups.items():
         where = f"table {spec.name!r} row {row_id!r}"
         stub = tuple(_render(t, members[0].fields, auto.names, where) for t in auto.stub)
-        rows.append(Row(row_id, stub, members[0].fields, _by_benchmark(members, spec, experiment, where, notes)))
+        rows.append(Row(row_id, stub, members[0].fields, _by_column(members, spec, experiment, where, notes)))
     if spec.reference is not None:
         where = f"table {spec.name!r} reference"
         for fields in _published_rows(published, spec.reference, where):
@@ -421,22 +422,22 @@ def add_stats(table: Table, baseline: str | None = None, n_boot: int = N_BOOT, s
             table.notes.append(f"table {table.spec.name!r}: baseline {wanted!r} has no runs; using {base.id!r}")
     table.baseline, table.n_boot = base.id, n_boot
     for row in run_rows:
-        for benchmark, run in row.runs.items() if row is not base else ():
-            if benchmark not in base.runs:
+        for key, run in row.runs.items() if row is not base else ():
+            if key not in base.runs:
                 continue
-            if run.selection != base.runs[benchmark].selection:
+            if run.selection != base.runs[key].selection:
                 table.notes.append(
-                    f"row {row.id} / {benchmark}: no paired statistics: {run.id} and the baseline's "
-                    f"{base.runs[benchmark].id} were asked different questions "
-                    f"({_selection_diff(run, base.runs[benchmark])})"
+                    f"row {row.id} / {key}: no paired statistics: {run.id} and the baseline's "
+                    f"{base.runs[key].id} were asked different questions "
+                    f"({_selection_diff(run, base.runs[key])})"
                 )
                 continue
-            indices = [j for j, c in enumerate(table.spec.columns) if c.benchmark == benchmark and c.score is not None]
+            indices = [j for j, c in enumerate(table.spec.columns) if c.key == key and c.score is not None]
             paths = [str(table.spec.columns[j].score) for j in indices]
             try:
-                stats = paired_differences(run, base.runs[benchmark], paths, n_boot, seed)
+                stats = paired_differences(run, base.runs[key], paths, n_boot, seed)
             except ScorerError as err:
-                table.notes.append(f"row {row.id} / {benchmark}: no statistics ({err})")
+                table.notes.append(f"row {row.id} / {key}: no statistics ({err})")
                 continue
             for j, path in zip(indices, paths):
                 row.cells[j].stat = stats[path]
@@ -470,8 +471,8 @@ def table_frame(table: Table) -> pd.DataFrame:
                     "partial": cell.partial,
                     "missing": cell.missing,
                     "bold": cell.bold,
-                    "run": row.runs[column.benchmark].id if column.benchmark in row.runs else None,
-                    "model": row.runs[column.benchmark].fields["model"] if column.benchmark in row.runs else None,
+                    "run": row.runs[column.key].id if column.key in row.runs else None,
+                    "model": row.runs[column.key].fields["model"] if column.key in row.runs else None,
                     "baseline": table.baseline,
                     **stat,
                 }

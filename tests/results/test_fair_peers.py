@@ -36,7 +36,7 @@ def _lane_sweeps() -> dict[str, list[list[str]]]:
     """Every `sweep` of each lane function, as bash expands it (a stand-in `tuned` picks c_ratio 0.25 for TUNED)."""
     body = SCRIPT.read_text().split("\nphase=", 1)[0].replace("source experiments/study.sh", "")
     lanes = {}
-    for lane in ("dev_a", "dev_b", "test_a", "test_b"):
+    for lane in ("dev_a", "dev_b", "m144_a", "m144_b", "test_a", "test_b"):
         script = (
             f"{body}\nsweep() {{ printf '%q ' \"$@\"; echo; }}\n"
             f'tuned() {{ [ "$1" = {TUNED} ] && echo compress.c_ratio=0.25 || true; }}\n{lane}\n'
@@ -85,6 +85,17 @@ def test_the_test_runs_fill_every_row_once() -> None:
         want[(table, "streamkv", "adaptive", "fp16")] = 1
     want[("m576", "streamingtom", "equal_bytes", "fp16")] = 1
     assert dict(filled) == dict(want)
+
+
+def test_the_m144_phase_runs_only_test_rows_at_144() -> None:
+    """The m144 phase (the robustness study's default column, run first) adds no run of its own: each of its jobs
+    is a test-phase job at |M| = 144 on seed 0, so the test phase resumes them."""
+    def jobs(lanes: tuple[str, ...]) -> set[str]:
+        return {repr(sorted(j.items())) for lane in lanes for c in LANES[lane] for j in _expand(c)}
+
+    m144 = jobs(("m144_a", "m144_b"))
+    assert m144 and m144 <= jobs(("test_a", "test_b"))
+    assert all("('compress.budget', 144)" in j and "('benchmark.seed', 0)" in j for j in m144)
 
 
 def _expand(command: list[str]) -> list[dict]:
