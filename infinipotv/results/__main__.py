@@ -24,7 +24,12 @@ from infinipotv.results.stats import N_BOOT, SEED
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infinipotv.results", description=__doc__)
     parser.add_argument("experiment", help="name of experiments/NAME.yaml (or a path to an experiment file)")
-    parser.add_argument("--runs", default="results/runs", help="folder searched recursively for run dirs")
+    parser.add_argument(
+        "--runs",
+        default=None,
+        help="folder searched recursively for run dirs (default: the study's own, results/runs/EXPERIMENT, and "
+        "those of the experiments its tables name)",
+    )
     parser.add_argument("--format", default=",".join(FORMATS), help="comma-separated: md,tex")
     parser.add_argument("--out", default=None, help="output folder (default results/EXPERIMENT/)")
     parser.add_argument("--stats", action="store_true", help="also print paired statistics tables (always in CSV/JSON)")

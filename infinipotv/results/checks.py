@@ -148,7 +148,7 @@ def _unmatched(place: str, wanted: Mapping[str, Any], runs: Sequence[Run]) -> li
         _no_run(place, key, item, runs)
         for key, value in wanted.items()
         for item in (value if isinstance(value, list) else [value])
-        if not any(matches(r.fields, {key: item}) for r in runs)
+        if not any(matches(r.fields, {key: [item]}) for r in runs)  # [item]: a list item is one value
     ]
 
 

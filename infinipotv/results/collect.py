@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from infinipotv.config import Parser
+from infinipotv.config import ConfigError, Parser
 from infinipotv.data.loading import benchmark_class
 from infinipotv.data.rescore import (
     benchmark_config,
@@ -105,6 +105,21 @@ class Run:
             "benchmark": (cfg.get("benchmark") or {}).get("name"),
             "experiment": cfg.get("experiment"),
         }
+
+    @cached_property
+    def over_budget(self) -> bool:
+        """Its measured accelerator peak exceeds its budget's bytes: it held more than the equal memory it is compared
+        at (marked in tables, off the Pareto front)."""
+        peak = (self.metrics.get("memory") or {}).get("peak_accelerator_bytes")
+        budget = self.metrics.get("budget_bytes")
+        return _number(peak) and _number(budget) and peak > budget
+
+    @cached_property
+    def never_evicts(self) -> bool:
+        """No compression pass and no byte-cap pass in a whole run: it held every token it streamed (the full cache,
+        a budget that outlasts the stream, a store that only grows), so its budget constrained nothing (marked)."""
+        time = self.metrics.get("time") or {}
+        return self.complete and time.get("compress_passes") == 0 and time.get("byte_cap_passes") == 0
 
     @cached_property
     def selection(self) -> dict[str, Any]:
@@ -263,12 +278,26 @@ def _as_scored(bench: Mapping[str, Any], metrics: Mapping[str, Any], predictions
     return reparse(predictions, benchmark_class(cfg.name)(cfg))[0]
 
 
+def _with_option_defaults(bench: dict[str, Any]) -> dict[str, Any]:
+    """``bench`` with each benchmark option its config.yaml lacks at the option's default, in place: a run recorded
+    before an option existed ran at that default (the job resumes it so), and reads as such in tables and in the
+    question sets that pair runs (``answer_cue: line`` for a symbolic run from before the knob)."""
+    options = bench.get("options")
+    if options is None or isinstance(options, Mapping):
+        try:
+            defaults = benchmark_class(str(bench["name"])).option_defaults
+        except ConfigError:  # an unregistered benchmark: its options are what the file says
+            return bench
+        bench["options"] = {**{k: v for k, v in defaults.items() if k not in (options or {})}, **(options or {})}
+    return bench
+
+
 def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     """One run directory as a :class:`Run` (not merged with its sibling shards); a ValueError naming the file when
     its config.yaml does not say what ran."""
     path = Path(path)
     config = read_config(path / CONFIG)
-    bench = _benchmark_block(config, path / CONFIG)
+    bench = _with_option_defaults(_benchmark_block(config, path / CONFIG))
     problems = []
     try:
         predictions, unreadable = read_predictions(path / PREDICTIONS)
@@ -302,13 +331,22 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     return Run((path,), run_id, config, predictions, scores, metrics, provenance, not problems, subset, problems)
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def with_rates(metrics: dict[str, Any]) -> dict[str, Any]:
-    """``metrics`` with the rates its counts give, derived here rather than written by the job so that merged shards
-    get them from their summed counts and runs from before a rate existed get it too: ``time.encode_fps``, frames
-    streamed per second of encoding and prefilling (``memory.frames`` / ``time.encode_seconds``)."""
-    frames = (metrics.get("memory") or {}).get("frames")
+    """``metrics`` with what its counts give, derived here rather than written by the job so that merged shards
+    get them from their summed counts and runs from before a measurement existed get it too: ``time.encode_fps``,
+    frames streamed per second of encoding and prefilling (``memory.frames`` / ``time.encode_seconds``), and
+    ``memory.peak_total_bytes`` of a run that never held a byte on the host (its accelerator peak, exactly)."""
+    memory = metrics.get("memory") or {}
+    if "peak_total_bytes" not in memory and memory.get("peak_host_bytes") == 0:
+        if _number(memory.get("peak_accelerator_bytes")):
+            metrics = {**metrics, "memory": {**memory, "peak_total_bytes": memory["peak_accelerator_bytes"]}}
+    frames = memory.get("frames")
     seconds = (metrics.get("time") or {}).get("encode_seconds")
-    if not (isinstance(frames, (int, float)) and isinstance(seconds, (int, float)) and seconds > 0):
+    if not (_number(frames) and _number(seconds) and seconds > 0):
         return metrics
     return {**metrics, "time": {**metrics["time"], "encode_fps": frames / seconds}}
 
@@ -389,12 +427,23 @@ def merge_shards(shards: Sequence[Run]) -> Run:
     return Run(dirs, run_id, config, predictions, scores, metrics, provenance, not problems, subset, problems)
 
 
-def load_runs(root: str | Path) -> list[Run]:
-    """Every readable run under ``root``, shards merged, each flagged complete or with the problems that make it
-    partial (corrupt files, and a run whose every answer is an error, skipped with a warning)."""
+def load_runs(root: str | Path, studies: Sequence[str] | None = None) -> list[Run]:
+    """Every readable run under ``root`` (only under its ``studies`` folders, when given: ``root/NAME``, the ones
+    that exist, ids still relative to ``root``), shards merged, each flagged complete or with the problems that make
+    it partial (corrupt files, and a run whose every answer is an error, skipped with a warning)."""
     root = Path(root)
+    if studies is None:
+        run_dirs = find_run_dirs(root)
+    else:
+        folders = [root / name for name in studies if (root / name).is_dir()]
+        if not folders:
+            raise FileNotFoundError(
+                f"no study folder {' or '.join(str(root / n) for n in studies)}: run the study first, or pass --runs "
+                f"DIR with the folder that holds its runs"
+            )
+        run_dirs = sorted(d for folder in folders for d in find_run_dirs(folder))
     singles = []
-    for run_dir in find_run_dirs(root):
+    for run_dir in run_dirs:
         try:
             run = load_run(run_dir, root)
         except ValueError as err:  # an unreadable config.yaml: nothing says what this run was
@@ -440,6 +489,8 @@ def runs_frame(runs: Sequence[Run], counts: bool = True) -> pd.DataFrame:
             "complete": run.complete,
             "problems": "; ".join(run.problems),
             "shards": len(run.dirs),
+            "over_budget": run.over_budget,
+            "never_evicts": run.never_evicts,
             **{k: memory.get(k) for k in ("peak_cache_tokens", "peak_cache_bytes", "peak_memory_bytes")},
             **{k: run.provenance.get(k) for k in ("git_sha", "host", "seed", "start", "end")},
         }

@@ -12,6 +12,8 @@ span more than 10x.
 - accuracy vs a measurement (accelerator bytes, time to first token...): one line per method across its budgets,
   its points joined in order of the measurement, each with its 95% CI as a vertical bar; the Pareto front (no other
   run is both better and cheaper) as a wide grey band behind them.
+- a table's score columns side by side (``kind: table``): one line per row across the columns (the settings of the
+  robustness study), with the cells' 95% CIs.
 - KV memory vs frames streamed: ``cache_bytes`` from ``memory.jsonl`` for one video, one line per run, which shows
   full KV growing with the stream and a compressed cache held at its budget, FP16 above INT4.
 """
@@ -189,7 +191,11 @@ def plot_accuracy_vs_budget(frame: pd.DataFrame, benchmark: str, score: str) -> 
 
 
 def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
-    """The runs no other run beats on both axes (a higher ``value`` at an ``x`` no larger), by increasing ``x``."""
+    """The runs no other run beats on both axes (a higher ``value`` at an ``x`` no larger), by increasing ``x``;
+    a run whose accelerator peak exceeds its budget's bytes (``over_budget``) is never on it: it was not held to the
+    memory it is compared at."""
+    if "over_budget" in points:
+        points = points[~points["over_budget"].astype(bool)]
     front, best = [], -float("inf")
     for _, point in points.sort_values(["x", "value"], ascending=[True, False]).iterrows():
         if point["value"] > best:
@@ -236,6 +242,49 @@ def plot_accuracy_vs_metric(points: pd.DataFrame, benchmark: str, score: str, xl
     ax.set_xlabel(xlabel)
     ax.set_ylabel(accuracy_label(benchmark, score) + (", 95% CI" if has_ci else ""))
     _legend(ax, fig, _tiny(points))
+    return fig
+
+
+def plot_table_columns(points: pd.DataFrame, ylabel: str) -> Figure:
+    """One table's score columns side by side (the robustness table's settings): ``points`` has ``row`` (the row's
+    name), ``policy``, ``kv``, ``column`` (in the table's order), ``value`` and ``ci_low``/``ci_high``. One line per
+    row across the columns, drawn as its method is everywhere, its 95% CI as bars, the rows nudged apart so that the
+    bars do not hide each other: a method whose rank holds on every column keeps its place, one that falls shows it."""
+    points = points.dropna(subset=["value"])
+    if points.empty:
+        raise ValueError("no row has a value in the table's score columns")
+    columns = list(dict.fromkeys(points["column"]))
+    rows = list(dict.fromkeys(points["row"]))
+    fig = Figure(figsize=(7.0, 4.2))
+    ax = fig.subplots()
+    width = 0.5 / max(len(rows), 1)
+    for i, row in enumerate(rows):
+        line = points[points["row"] == row]
+        first = line.iloc[0]
+        style = method_style(str(first["policy"]))
+        x = [columns.index(c) + (i - (len(rows) - 1) / 2) * width for c in line["column"]]
+        ax.plot(
+            x,
+            line["value"],
+            marker=style.marker,
+            color=style.colour,
+            linestyle=STYLES.get(str(first["kv"]), "-"),
+            linewidth=1.0,
+            markersize=4,
+            label=row,
+        )
+        ax.errorbar(
+            x,
+            line["value"],
+            yerr=[line["value"] - line["ci_low"], line["ci_high"] - line["value"]],
+            fmt="none",
+            ecolor=style.colour,
+            elinewidth=0.6,
+            capsize=1.5,
+        )
+    ax.set_xticks(range(len(columns)), columns)
+    ax.set_ylabel(ylabel + ", 95% CI")
+    _legend(ax, fig, False)
     return fig
 
 

@@ -1,9 +1,11 @@
 """A built :class:`~infinipotv.results.tables.Table` as markdown or LaTeX (booktabs), with footnotes.
 
 Marks: bold = best among comparable rows; † = published reference row; ‡ = from a partial run (a benchmark subset or
-an incomplete run); – = no value. ``show_n`` adds each cell's question count; ``show_stats`` adds a second table of
-paired differences against the baseline row. A column marked ``paired`` is followed by two more in the main table:
-its question count and its paired difference against the baseline row with the 95% CI.
+an incomplete run); – = no value; on a row's name, § = its accelerator peak exceeds the budget's bytes and ¶ = it never
+evicted (:attr:`~infinipotv.results.collect.Run.over_budget`, :attr:`~infinipotv.results.collect.Run.never_evicts`).
+``show_n`` adds each cell's question count; ``show_stats`` adds a second table of paired differences against the
+baseline row. A column marked ``paired`` is followed by two more in the main table: its question count and its paired
+difference against the baseline row with the 95% CI. A table with ``tau`` ends with a line of Kendall's tau-b.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from infinipotv.results.spec import ColumnSpec
 from infinipotv.results.tables import CHOICE_RULE, Cell, Row, Table
 
 DAGGER, DDAGGER, DASH = "†", "‡", "–"
+OVER_BUDGET, NEVER_EVICTS = "§", "¶"
 LATEX_SPECIAL = {
     "\\": r"\textbackslash{}",
     "&": r"\&",
@@ -31,6 +34,8 @@ LATEX_SPECIAL = {
     "^": r"\textasciicircum{}",
     DASH: "--",
     DAGGER: r"$^\dagger$",
+    OVER_BUDGET: r"\S{}",
+    NEVER_EVICTS: r"\P{}",
     DDAGGER: r"$^\ddagger$",
     "Δ": r"$\Delta$",
 }
@@ -148,8 +153,21 @@ def _notes(table: Table, stats_shown: bool) -> list[str]:
         notes.append(f"{DAGGER} Published reference row ({', '.join(sources)}); not part of the bold comparison.")
     if any(c.partial for c in cells):
         notes.append(f"{DDAGGER} From a partial run (a subset of the benchmark, or incomplete): compare with care.")
+    runs = [run for r in table.rows for run in r.runs.values()]
+    if any(run.over_budget for run in runs):
+        notes.append(
+            f"{OVER_BUDGET} Its measured accelerator peak exceeds the budget's bytes: it was not held to the memory "
+            f"it is compared at (off the Pareto front)."
+        )
+    if any(run.never_evicts for run in runs):
+        notes.append(f"{NEVER_EVICTS} It never evicted: it held every token it streamed, so its budget bound nothing.")
     if any(c.missing for c in cells):
         notes.append(f"{DASH} No run, or no questions, for this cell.")
+    if table.taus:
+        notes.append(
+            f"Kendall's τ: tau-b of each column's ranking of the rows against {table.spec.tau}'s (+1 the same order, "
+            f"-1 reversed), over the rows that have both (their number in brackets)."
+        )
     if table.choices:
         notes.append(f"Several runs fit a row: {CHOICE_RULE}. " + " ".join(f"{c}." for c in table.choices))
     if stats_shown and table.baseline:
@@ -207,6 +225,9 @@ class _Format:
         cells = [self.text(s) for s in row.stub]
         if row.published:
             cells[0] += self.text(DAGGER)
+        runs = row.runs.values()
+        marks = OVER_BUDGET * any(r.over_budget for r in runs) + NEVER_EVICTS * any(r.never_evicts for r in runs)
+        cells[0] += self.text(marks)
         return cells
 
 
@@ -222,7 +243,19 @@ def _grid(table: Table, fmt: _Format, show_n: bool, stats: bool) -> list[list[st
             if column.paired:
                 line += fmt.paired(row, cell, column, table.baseline)
         grid.append(line)
+    if table.taus:
+        grid.append(_tau_line(table, fmt))
     return grid
+
+
+def _tau_line(table: Table, fmt: _Format) -> list[str]:
+    """The table's last line: each score column's Kendall tau-b against the ``tau`` column's ranking."""
+    line = [fmt.text(f"Kendall's τ vs {table.spec.tau}")] + [""] * (len(table.spec.stub) - 1)
+    for j, column in enumerate(table.spec.columns):
+        tau, n = table.taus.get(j, (None, 0))
+        line.append("" if j not in table.taus else fmt.text(DASH) if tau is None else f"{tau:+.2f} ({n})")
+        line += ["", ""] if column.paired else []
+    return line
 
 
 def _headers(table: Table, stats: bool, escape: Callable[[str], str]) -> list[str]:

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -22,15 +23,17 @@ from omegaconf import OmegaConf
 from infinipotv.results.checks import check_spec, mixed_code
 from infinipotv.results.collect import Run, load_runs, runs_frame
 from infinipotv.results.figures import (
+    accuracy_label,
     metric_label,
     plot_accuracy_vs_budget,
     plot_accuracy_vs_metric,
     plot_memory_trace,
+    plot_table_columns,
     save_figure,
 )
 from infinipotv.results.published import load_published
 from infinipotv.results.render import to_latex, to_markdown
-from infinipotv.results.spec import ExperimentSpec, FigureSpec, SpecError, parse_experiment
+from infinipotv.results.spec import AutoRows, ExperimentSpec, FigureSpec, SpecError, parse_experiment
 from infinipotv.results.stats import N_BOOT, SEED, score_ci
 from infinipotv.results.tables import (
     MixedRunsError,
@@ -44,6 +47,7 @@ from infinipotv.results.tables import (
 )
 
 FORMATS = ("md", "tex")
+RUNS_ROOT = Path("results/runs")  # where `+experiment=NAME` sweeps write their runs: RUNS_ROOT/NAME
 
 
 class NothingToReport(ValueError):
@@ -95,6 +99,25 @@ def load_experiment(path: Path) -> tuple[str, ExperimentSpec]:
     return str(config.get("experiment") or path.stem), parse_experiment(config.get("table"), f"{path}: table")
 
 
+def studies(name: str, spec: ExperimentSpec) -> list[str]:
+    """The study folders (``results/runs/NAME``) a report reads by default: the experiment's own, then every
+    experiment its rows, columns and figures name in a filter (the robustness table's default column reads the fair
+    study's runs). Never all of ``results/runs``: a reader's own runs there would replace the committed cells."""
+    filters = [f.where for f in spec.figures or ()]
+    for table in spec.tables:
+        filters += [c.where for c in table.columns]
+        if isinstance(table.rows, AutoRows):
+            filters.append(table.rows.where)
+        else:
+            filters += [r.match for r in table.rows if r.match is not None]
+    named = [v for f in filters for v in _as_list(f.get("experiment")) if v is not None]
+    return list(dict.fromkeys([name, *map(str, named)]))
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
 def _default_figures(tables: Sequence[Table]) -> list[FigureSpec]:
     """Accuracy vs budget for every score column whose runs span 2+ budgets; a memory trace per benchmark."""
     figures: dict[tuple[str, str | None, str | None], FigureSpec] = {}
@@ -118,8 +141,48 @@ def _used_runs(tables: Sequence[Table]) -> list[Run]:
     return list({run.id: run for t in tables for row in t.rows for run in row.runs.values()}.values())
 
 
-def _draw(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], out: Path, notes: list[str]) -> list[Path]:
+def _table_points(table: Table) -> pd.DataFrame:
+    """A table's score cells as the table figure's points: each run row's value and its run's own 95% CI."""
+    points = []
+    for row in table.rows:
+        for column, cell in zip(table.spec.columns, row.cells):
+            if row.published or column.score is None or cell.missing:
+                continue
+            low, high = score_ci(row.runs[column.key], [column.score]).get(column.score, (cell.value, cell.value))
+            points.append(
+                {
+                    "row": " ".join(s for s in row.stub if s),
+                    "policy": row.fields.get("policy"),
+                    "kv": row.fields.get("kv"),
+                    "column": column.label,
+                    "value": cell.value,
+                    "ci_low": low,
+                    "ci_high": high,
+                }
+            )
+    return pd.DataFrame(points)
+
+
+def _draw(
+    figure: FigureSpec,
+    frame: pd.DataFrame,
+    runs: Sequence[Run],
+    out: Path,
+    notes: list[str],
+    tables: Sequence[Table] = (),
+) -> list[Path]:
     """One figure's PNG + PDF; a figure the data cannot support becomes a note, not a failed report."""
+    if figure.kind == "table":
+        table = next(t for t in tables if t.spec.name == figure.table)
+        first = next((c for c in table.spec.columns if c.score is not None), None)
+        try:
+            if first is None:
+                raise ValueError("the table has no score column")
+            fig = plot_table_columns(_table_points(table), accuracy_label(first.benchmark, str(first.score)))
+        except ValueError as err:
+            notes.append(f"figure table {figure.table}: {err}")
+            return []
+        return save_figure(fig, out / figure.stem())
     if figure.where:
         runs = [r for r in runs if matches(r.fields, figure.where)]
         frame = frame[frame["run"].isin({r.id for r in runs})]
@@ -197,7 +260,7 @@ def _no_match(name: str, runs_dir: str | Path, runs: Sequence[Run], model: str |
 
 def build_report(
     experiment: str | Path,
-    runs_dir: str | Path = "results/runs",
+    runs_dir: str | Path | None = None,
     out_dir: str | Path | None = None,
     formats: Sequence[str] = FORMATS,
     stats: bool = False,
@@ -210,9 +273,10 @@ def build_report(
     force: bool = False,
     allow_mixed: bool = False,
 ) -> Report:
-    """Build and write every table of ``experiment`` from the runs under ``runs_dir`` (only ``model``'s, if given)
-    into ``out_dir`` (default ``results/NAME/``). Raises :class:`NothingToReport` when no run matches,
-    :class:`OutputExists` when ``out_dir`` already holds the report, unless ``force``, and
+    """Build and write every table of ``experiment`` from the runs under ``runs_dir`` (default: its study folders
+    under ``results/runs``, :func:`studies`; only ``model``'s runs, if given) into ``out_dir`` (default
+    ``results/NAME/``). Raises :class:`NothingToReport` when no run matches, :class:`OutputExists` when ``out_dir``
+    already holds the report, unless ``force``, and
     :class:`~infinipotv.results.tables.MixedRunsError` when runs of one config were made by different code, unless
     ``allow_mixed``. The report is written whole or not at all: built in a folder beside ``out_dir``, then moved in
     (:func:`_move_in`), so a failure leaves an earlier report as it was."""
@@ -221,7 +285,11 @@ def build_report(
         raise ValueError(f"--format: unknown format(s) {sorted(unknown)}; choose from {list(FORMATS)}")
     name, spec = load_experiment(experiment_file(experiment, experiments_dir))
     out = Path(out_dir) if out_dir is not None else Path("results") / name
-    runs = load_runs(runs_dir)
+    if runs_dir is None:
+        runs_dir = RUNS_ROOT
+        runs = load_runs(RUNS_ROOT, studies(name, spec))
+    else:
+        runs = load_runs(runs_dir)
     chosen = [r for r in runs if model is None or r.fields["model"] == model]
     notes = check_spec(spec, chosen)
     mixed = mixed_code(spec, chosen, name)
@@ -292,7 +360,7 @@ def _write(
     (out / "runs.json").write_text(tidy.to_json(orient="records", indent=1))
     report.files += [out / "runs.csv", out / "runs.json"]
     for figure in spec.figures if spec.figures is not None else _default_figures(report.tables):
-        report.files += _draw(figure, tidy, used, out / "figures", report.notes)
+        report.files += _draw(figure, tidy, used, out / "figures", report.notes, report.tables)
 
 
 def _building(out: Path) -> Path:

@@ -26,6 +26,8 @@ Shape (YAML, inside ``experiments/NAME.yaml``)::
       # reference: {source: infinipotv_paper_v2, table: Table 5}
       bold: {by: [budget_tokens], exclude: {policy: full}}   # comparable rows; `bold: false` turns it off
       baseline: fp16             # row id the paired statistics compare against (default: the first run row)
+      tau: All                   # a last line: Kendall's tau-b of each other score column's ranking of the rows
+                                 # against this column's (the rows `bold` compares, both cells present)
       notes: [...]
     # a generated table instead: {name: bytes_per_token, source: "infinipotv.kv.bytes_table:bytes_table"}
     # (the function returns a DataFrame, or markdown text: a pipe table, then lines that become its notes)
@@ -44,6 +46,7 @@ Figures (``figures:`` beside ``tables:``; without it, chosen from the tables' co
                                  # accuracy against a metric (as a metric column's): one line per (policy, kv)
                                  # across its budgets, CI bars, the Pareto front as a grey band
       - {kind: memory_trace, benchmark: mlvu}                        # KV bytes over frames streamed, per run
+      - {kind: table, table: robustness}        # the table's score columns side by side, one line per row, CI bars
     # each takes `where: {...}` (as rows' `where`) to draw only the runs it matches, and `name` (its file stem under
     # figures/; needed where two figures would share one); every figure draws a method family in one colour, a
     # method with its own marker (infinipotv/results/methods.py), and its axes in words
@@ -135,6 +138,7 @@ class TableSpec:
     baseline: str | None = None
     notes: tuple[str, ...] = ()
     source: str | None = None  # "module:function" producing the table (a DataFrame) instead of runs
+    tau: str | None = None  # label of the score column whose ranking of the rows every other one is compared to
 
 
 @dataclass(frozen=True)
@@ -146,11 +150,14 @@ class FigureSpec:
     metric: str | None = None  # accuracy_vs_metric's x: a path into metrics.json (as a metric column's), times scale
     scale: float = 1.0
     name: str | None = None  # the file stem under figures/ (None: from the kind, benchmark, score and metric)
+    table: str | None = None  # kind table: the table whose score columns it draws
 
     def stem(self) -> str:
         """The file name (without suffix) the figure is written to."""
         if self.name is not None:
             return self.name
+        if self.kind == "table":
+            return f"table_{self.table}"
         if self.kind == "memory_trace":
             return f"memory_trace_{self.benchmark or 'all'}"
         x = "budget" if self.kind == "accuracy_vs_budget" else str(self.metric).replace(".", "_")
@@ -203,9 +210,19 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 
 SCALES = {"KiB": 2**-10, "MiB": 2**-20, "GiB": 2**-30, "ms": 1e3}  # named units of a metric's `scale` (bytes, s)
-FIGURE_KINDS = ("accuracy_vs_budget", "accuracy_vs_metric", "memory_trace")
+FIGURE_KINDS = ("accuracy_vs_budget", "accuracy_vs_metric", "memory_trace", "table")
 COLUMN_KEYS = {
-    "benchmark", "score", "metric", "scale", "label", "group", "published", "decimals", "better", "paired", "where"
+    "benchmark",
+    "score",
+    "metric",
+    "scale",
+    "label",
+    "group",
+    "published",
+    "decimals",
+    "better",
+    "paired",
+    "where",
 }
 
 
@@ -301,7 +318,7 @@ def parse_table(block: Mapping[str, Any], where: str = "table") -> TableSpec:
             raise SpecError(f"{where}: source must be 'module:function', got {block['source']!r}")
         notes = _strings(block.get("notes") or ())
         return TableSpec(name, str(block.get("caption", "")), source=str(block["source"]), notes=notes)
-    allowed = {"name", "caption", "stub", "columns", "rows", "reference", "bold", "baseline", "notes"}
+    allowed = {"name", "caption", "stub", "columns", "rows", "reference", "bold", "baseline", "notes", "tau"}
     _check_keys(block, allowed, where)
     stub = _strings(block.get("stub") or ["Method"])
     given = _items(_require(block, "columns", where), f"{where}.columns")
@@ -326,6 +343,10 @@ def parse_table(block: Mapping[str, Any], where: str = "table") -> TableSpec:
     reference = block.get("reference")
     if reference is not None:
         _check_keys(reference, set(PUBLISHED_FIELDS), f"{where}.reference")
+    tau = block.get("tau")
+    scores = [c.label for c in columns if c.score is not None]
+    if tau is not None and str(tau) not in scores:
+        raise SpecError(f"{where}: tau must be the label of a score column ({', '.join(scores)}), got {tau!r}")
     return TableSpec(
         name=name,
         caption=str(block.get("caption", "")),
@@ -337,6 +358,7 @@ def parse_table(block: Mapping[str, Any], where: str = "table") -> TableSpec:
         bold_exclude=bold_exclude,
         baseline=None if block.get("baseline") is None else str(block["baseline"]),
         notes=_strings(block.get("notes") or ()),
+        tau=None if tau is None else str(tau),
     )
 
 
@@ -358,6 +380,10 @@ def parse_experiment(block: Any, where: str = "table") -> ExperimentSpec:
                         f"`name` (the later would overwrite the earlier)"
                     )
         block = block["tables"]
+        names = {t.get("name") for t in (block if isinstance(block, list) else [block]) if isinstance(t, Mapping)}
+        for i, figure in enumerate(figures or ()):
+            if figure.kind == "table" and figure.table not in names:
+                raise SpecError(f"{where}.figures[{i}]: table {figure.table!r} is not a table of this experiment")
     if not isinstance(block, (Mapping, list)):
         raise SpecError(
             f"{where}: must be a table (a mapping), a list of tables or {{tables: [...], figures: [...]}}, got "
@@ -372,11 +398,13 @@ def parse_experiment(block: Any, where: str = "table") -> ExperimentSpec:
 
 
 def _figure(block: Mapping[str, Any], where: str) -> FigureSpec:
-    _check_keys(block, {"kind", "benchmark", "score", "where", "metric", "scale", "name"}, where)
+    _check_keys(block, {"kind", "benchmark", "score", "where", "metric", "scale", "name", "table"}, where)
     kind = str(_require(block, "kind", where))
     if kind not in FIGURE_KINDS:
         raise SpecError(f"{where}: kind must be one of {', '.join(FIGURE_KINDS)}, got {kind!r}")
-    if kind != "memory_trace" and not (block.get("benchmark") and block.get("score")):
+    if (kind == "table") != (block.get("table") is not None):
+        raise SpecError(f"{where}: `table` (the name of a table of this experiment) goes with kind table")
+    if kind not in ("memory_trace", "table") and not (block.get("benchmark") and block.get("score")):
         raise SpecError(f"{where}: {kind} needs `benchmark` and `score`")
     if (kind == "accuracy_vs_metric") != (block.get("metric") is not None):
         raise SpecError(f"{where}: `metric` (the x axis, a path into metrics.json) goes with kind accuracy_vs_metric")
@@ -392,4 +420,5 @@ def _figure(block: Mapping[str, Any], where: str) -> FigureSpec:
         metric,
         _scale(block, where),
         None if name is None else str(name),
+        None if block.get("table") is None else str(block["table"]),
     )

@@ -105,6 +105,29 @@ def paired_differences(
     return out
 
 
+def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Kendall's tau-b of two rankings of the same items (ties corrected): +1 the same order, -1 reversed, 0 no
+    agreement; None for fewer than two items or a ranking that ties everything."""
+    if len(x) != len(y):
+        raise ValueError(f"two rankings of the same items, got {len(x)} and {len(y)} values")
+    concordant = discordant = ties_x = ties_y = 0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                ties_x += 1
+            elif dy == 0:
+                ties_y += 1
+            elif dx == dy:
+                concordant += 1
+            else:
+                discordant += 1
+    denominator = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
+    return (concordant - discordant) / denominator if denominator else None
+
+
 def score_ci(run: Run, paths: Sequence[str], n_boot: int = N_BOOT, seed: int = SEED) -> dict[str, tuple[float, float]]:
     """A run's own 95% CI on each score path (points): the same stratified bootstrap over its questions."""
     weights_by_path = score_weights(run.config["benchmark"], run.predictions)

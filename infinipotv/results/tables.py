@@ -25,7 +25,7 @@ from infinipotv.results.generated import call_source
 from infinipotv.results.published import same_value, select
 from infinipotv.results.scoring import ScorerError, flatten_scores
 from infinipotv.results.spec import PUBLISHED_FIELDS, AutoRows, SpecError, TableSpec
-from infinipotv.results.stats import N_BOOT, SEED, PairedStat, paired_differences
+from infinipotv.results.stats import N_BOOT, SEED, PairedStat, kendall_tau_b, paired_differences
 
 Names = Mapping[str, Mapping[str, str]]
 
@@ -73,6 +73,7 @@ class Table:
     choices: list[str] = field(default_factory=list)  # the run used where several fit a row (CHOICE_RULE)
     models: list[str] = field(default_factory=list)  # the models of the runs the rows may draw on
     random_weights: bool = False  # some of those runs are tiny models (seeded random weights)
+    taus: dict[int, tuple[float | None, int]] = field(default_factory=dict)  # column -> (tau vs spec.tau, rows)
 
     @property
     def caption(self) -> str:
@@ -391,7 +392,25 @@ def build_table(spec: TableSpec, runs: Sequence[Run], published: pd.DataFrame, e
         if not row.published:
             row.cells = _run_cells(spec, row, table.notes)
     _apply_bold(spec, table.rows)
+    table.taus = _taus(spec, table.rows)
     return table
+
+
+def _taus(spec: TableSpec, rows: Sequence[Row]) -> dict[int, tuple[float | None, int]]:
+    """Kendall's tau-b of each score column's ranking of the compared rows (run rows outside ``bold.exclude``)
+    against the ``tau`` column's, over the rows with both cells, and how many rows that is."""
+    if spec.tau is None:
+        return {}
+    ranked = [r for r in rows if not r.published and not (spec.bold_exclude and matches(r.fields, spec.bold_exclude))]
+    ref = next(j for j, c in enumerate(spec.columns) if c.score is not None and c.label == spec.tau)
+    taus = {}
+    for j, column in enumerate(spec.columns):
+        if column.score is None or j == ref:
+            continue
+        both = [r for r in ranked if not (r.cells[ref].missing or r.cells[j].missing)]
+        pairs = [(r.cells[ref].value, r.cells[j].value) for r in both]
+        taus[j] = (kendall_tau_b([a for a, _ in pairs], [b for _, b in pairs]), len(pairs))
+    return taus
 
 
 def _named(row: Row, name: str) -> bool:
@@ -477,4 +496,19 @@ def table_frame(table: Table) -> pd.DataFrame:
                     **stat,
                 }
             )
+    for j, (tau, n) in table.taus.items():
+        column = table.spec.columns[j]
+        records.append(
+            {
+                "table": table.spec.name,
+                "row": "kendall_tau",
+                "label": f"Kendall's tau-b vs {table.spec.tau}",
+                "column": column.label,
+                "benchmark": column.benchmark,
+                "score": column.path,
+                "value": tau,
+                "n": n,
+                "missing": tau is None,
+            }
+        )
     return pd.DataFrame(records)

@@ -78,6 +78,6 @@ def test_an_unknown_phase_of_the_fair_study_is_one_line_and_runs_nothing(tmp_pat
     )
     assert done.returncode == 2 and not calls.exists()
     assert done.stderr.strip().splitlines() == [
-        "error: unknown phase 'tset'; the phases: dev, test, all (the default): bash experiments/fair_peers.sh "
-        "[dev|test|all]"
+        "error: unknown phase 'tset'; the phases: dev, m144, test, all (the default): bash "
+        "experiments/fair_peers.sh [dev|m144|test|all]"
     ]
