@@ -209,13 +209,6 @@ class MuKV(Policy):
     def rerank(self) -> dict[str, float]:
         return {"patch": self.rerank_patch, "frame": self.rerank_frame}
 
-    def check_storage(self, quantized: bool, contiguous_positions: bool) -> None:
-        """MuKV's cache holds the prefix alone and its blocks go to the host unquantized."""
-        if quantized:
-            raise ValueError(
-                "mukv keeps no KV cache to quantize (its blocks are stored on the host unquantized): use quant=fp16"
-            )
-
     def check_stream(self, chunk_frames: int, tokens_per_frame: int, budget: int, n_keep: int) -> None:
         """A frame must cut into whole patch blocks, and |M| must retrieve at least one block of each granularity."""
         if tokens_per_frame % self.patch_split:

@@ -238,10 +238,14 @@ class StreamingTOM(Policy):
         check_choice("query", self.query, QUERIES)
 
     def check_storage(self, quantized: bool, contiguous_positions: bool) -> None:
+        """OQM is StreamingTOM's own low-bit store, so KIVI would code its memory twice: refused, saying how the two
+        compare (docs/peers.md)."""
         if quantized:
             raise ValueError(
-                "StreamingTOM stores its memory in OQM (its width is compress.bits), so quant= does not apply: use "
-                "quant=fp16 (or bf16)"
+                "StreamingTOM keeps its own 4-bit store, OQM (keys and values per head and channel over a frame's G "
+                "tokens, no full-precision window, a mean key per group: ~154 B a token and head at D = 128, G = 50, "
+                "against KIVI INT4's 164 B), so quant= does not apply (its width is compress.bits): use quant=fp16 "
+                "(or bf16)"
             )
 
     def window_tokens(self, budget: int) -> int:

@@ -60,8 +60,8 @@ class StreamingVLM(Policy):
     oldest survivor (upstream numbers each one-second chunk as its own video block, between text); upstream caches
     keys before RoPE and rotates the whole cache at every forward, here keys stay as their forward rotated them and
     are rotated on read by each token's shift since, per (t, h, w) section on Qwen2-VL and Qwen2.5-VL (the same keys
-    up to two roundings whatever the evictions, measured in docs/peers.md; exact in fp32); shrink runs on
-    full-precision stores only (KIVI codes are not supported with it).
+    up to two roundings whatever the evictions, measured in docs/peers.md; exact in fp32); under KIVI
+    (``quant=int*``) the window is KIVI-coded as the forward rotated it, dequantized then rotated on read.
 
     Parameters:
         pos_mode: ``shrink`` (contiguous positions, upstream's default) or ``original`` (positions as streamed).
@@ -74,13 +74,6 @@ class StreamingVLM(Policy):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("pos_mode", self.pos_mode, POS_MODES)
-
-    def check_storage(self, quantized: bool, contiguous_positions: bool) -> None:
-        if quantized and self.pos_mode == "shrink":
-            raise ValueError(
-                "pos_mode=shrink keeps full-precision keys (rotated on read, as upstream does); KIVI codes are not "
-                "supported with it: use quant=fp16 (or bf16) or compress.pos_mode=original"
-            )
 
     def keep(
         self, keys: torch.Tensor, values: torch.Tensor, layout: FrameLayout, n_keep: int, layer: int, n_layers: int

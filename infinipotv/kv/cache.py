@@ -10,29 +10,39 @@ the block ends: the video memory that the next question or the next frames see c
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from infinipotv.kv.store import KVStore
 
-Parts = tuple[torch.Tensor, ...]  # runs of tokens ``[H, N_i, D]`` read one after the other
+
+class Run(Protocol):
+    """A run of a view's tokens ``[H, N, D]`` made as a forward reads it (KIVI codes dequantized:
+    :class:`~infinipotv.kv.coded.CodedRun`), so that the view holds what the run is made from, not its copy."""
+
+    shape: torch.Size
+
+    def materialize(self) -> torch.Tensor: ...
+
+
+Parts = tuple[torch.Tensor | Run, ...]  # runs of tokens ``[H, N_i, D]`` read one after the other
 
 
 def joined(stored: torch.Tensor | Parts, tail: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``stored`` (a tensor, or runs of tokens in order) then ``tail`` along the tokens, in ``dtype``: one copy,
     converting on the way (a conversion then a concatenation would copy the whole cache twice at every decode step).
+    A :class:`Run` is made here, one at a time, and copied into its place.
 
     Not cached across decode steps on purpose: a view kept for the whole answer would hold a full-precision copy
     of every layer at once, the memory the compressed (and KIVI) cache exists to save; made per layer, only one
     layer's copy is alive at a time."""
     parts = (*(stored if isinstance(stored, tuple) else (stored,)), tail)
-    first = parts[0]
-    out = torch.empty(first.shape[0], sum(p.shape[1] for p in parts), first.shape[2], dtype=dtype, device=tail.device)
+    out = torch.empty(tail.shape[0], sum(p.shape[1] for p in parts), tail.shape[2], dtype=dtype, device=tail.device)
     at = 0
     for part in parts:
-        out[:, at : at + part.shape[1]].copy_(part)
+        out[:, at : at + part.shape[1]].copy_(part if isinstance(part, torch.Tensor) else part.materialize())
         at += part.shape[1]
     return out
 

@@ -19,6 +19,11 @@ Accelerator memory: the prefix while streaming, plus one block's transient forwa
 last layer's attention weights); at an answer at most |M| retrieved tokens per layer and KV head (the rule's
 counts). Host: every block's kept tokens at the three granularities, the representatives, and the open segment's
 frames (input embeddings, at most ``segment_frames - 1`` frames).
+
+Under KIVI (``quant=int2|int4|int8``) the cache (the prefix) is a KIVI store and every block's kept tokens are
+stored as KIVI codes, each block its own key groups (:mod:`infinipotv.kv.coded`); retrieved blocks reach the
+accelerator as codes, dequantized as a forward reads them. Under a budget in bytes the retrieved counts shrink
+until the blocks' bytes, as taken, fit what the cap leaves beside the prefix.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from infinipotv.compress.mukv import GRAINS, MuKV, kept_tokens, pick, representative, token_importance
-from infinipotv.kv.host import HostStore, Offloaded
+from infinipotv.kv.coded import Coded, CodedRun, coding_of
+from infinipotv.kv.host import HostStore, Offloaded, joined_tokens
 from infinipotv.models.base import ModelAdapter, VisionChunk
 from infinipotv.stream.method import Asked, StreamingMethod, View, held_bytes, streaming_method
 from infinipotv.stream.schedule import ByteCap
@@ -71,10 +77,12 @@ class MuKVMethod(StreamingMethod):
         self.rule = policy
         self.adapter = adapter
         self.budget = budget
+        self.byte_cap = byte_cap
 
     def start(self, video: VideoState) -> None:
         device, n_layers = self.adapter.device, self.adapter.n_layers
-        memory = MuKVMemory(stores={g: [HostStore(device) for _ in range(n_layers)] for g in GRAINS})
+        coding = coding_of(video.cache.stores[0])
+        memory = MuKVMemory(stores={g: [HostStore(device, coding=coding) for _ in range(n_layers)] for g in GRAINS})
         video.state[MEMORY] = memory
         video.host = [store for g in GRAINS for store in memory.stores[g]]
 
@@ -154,39 +162,83 @@ class MuKVMethod(StreamingMethod):
         out = side_prefill(a, video.cache, p, a.embed_text(ids), a.text_positions(video.video_start, len(ids)), False)
         query = out.keys[-1][:, -1].reshape(-1).cpu()  # the last question token's last-layer key (post-RoPE)
         rows = {g: torch.stack(memory.rows[g]) if memory.rows[g] else torch.empty(0, query.numel()) for g in GRAINS}
-        counts = self.rule.retrieved(video.grid[0] * video.grid[1], self.budget)
-        picks = pick(query, rows, counts, self.rule.top_n, self.rule.rerank())
         kept = self.rule.kept(video.grid[0] * video.grid[1])
+        picks = self._fit(video, query, rows, kept)
         layers, read, nbytes, length, start = [], [], 0, 0, video.video_start
         contiguous = self.rule.positions == "contiguous" and a.contiguous_positions
         for layer, (prefix_k, prefix_v) in enumerate(prefix):
             parts = [self._take(memory.stores[g][layer], picks[g], kept[g]) for g in GRAINS if picks[g].numel()]
-            keys = torch.cat([k for k, _, _, _ in parts], dim=1).to(prefix_k.dtype)
-            values = torch.cat([v for _, v, _, _ in parts], dim=1).to(prefix_v.dtype)
+            if not parts:  # a byte cap left no room for a block
+                parts = [self._take(memory.stores["frame"][layer], picks["frame"], kept["frame"])]
+            keys, values = (self._joined([part[i] for part in parts]) for i in (0, 1))
             positions = torch.cat([pos for _, _, pos, _ in parts], dim=1).long()
             prefix_ids = video.cache.stores[layer].token_ids()[0, :p]
             read.append(torch.cat([prefix_ids, *(i.to(prefix_ids) for _, _, _, i in parts)]))
             length = keys.shape[1]
+            coded = not isinstance(keys, torch.Tensor)  # KIVI codes: dequantized as a forward reads them
+            if coded:
+                keys, values = CodedRun(keys), CodedRun(values)
+            else:
+                keys, values = keys.to(prefix_k.dtype), values.to(prefix_v.dtype)
             if contiguous:
-                keys = a.rerotate(keys, positions, a.text_positions(video.video_start, length).to(keys.device))
+                new = a.text_positions(video.video_start, length).to(positions.device)
+                keys = CodedRun(keys.coded, a.rerotate, positions, new) if coded else a.rerotate(keys, positions, new)
             elif length:
                 start = max(start, int(positions.max()) + 1)
             nbytes += keys.nbytes + values.nbytes
             layers.append(((prefix_k, keys), (prefix_v, values)))
         return View(layers=layers, start=max(start, video.video_start + length), nbytes=nbytes, ids=read)
 
-    @staticmethod
-    def _take(
-        host: HostStore, blocks: torch.Tensor, size: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Keys, values, positions and stream ids of ``blocks`` (``size`` tokens each) of one store, copied to the
-        accelerator, in the order given (the rule's score order)."""
-        ascending, order = blocks.sort()
-        got = host.take((ascending.view(-1, 1) * size + torch.arange(size)).view(-1))
-        back = torch.argsort(order)  # the rank of each block in ascending order, read in score order
+    def _fit(
+        self, video: VideoState, query: torch.Tensor, rows: dict[str, torch.Tensor], kept: dict[str, int]
+    ) -> dict[str, torch.Tensor]:
+        """Per granularity the blocks a question reads, in score order: the rule's counts for |M|, and under a
+        budget in bytes the counts of a smaller |M| until the blocks' bytes in every layer, as taken (KIVI codes
+        with their key rows), fit what the cap leaves beside the prefix (full precision always fits: the cap is
+        the formula's bytes of |M|)."""
+        per_frame, memory = video.grid[0] * video.grid[1], video.state[MEMORY]
+        budget = self.budget
+        while True:
+            counts = self.rule.retrieved(per_frame, budget)
+            picks = pick(query, rows, counts, self.rule.top_n, self.rule.rerank())
+            if self.byte_cap is None or budget < 1:
+                return picks
+            room = self.byte_cap.cap - held_bytes(video)
+            cost = sum(
+                memory.stores[g][layer].nbytes_of(self._tokens(picks[g].sort().values, kept[g]))
+                for g in GRAINS
+                for layer in range(self.adapter.n_layers)
+            )
+            if cost <= room:
+                return picks
+            budget = min(budget - 1, budget * room // cost)
 
-        def by_score(t: torch.Tensor) -> torch.Tensor:
-            return t.view(t.shape[0], len(blocks), size, *t.shape[2:])[:, back].flatten(1, 2)
+    @staticmethod
+    def _tokens(blocks: torch.Tensor, size: int) -> torch.Tensor:
+        """The token indices of ``blocks`` (``size`` tokens each), in the blocks' order."""
+        return (blocks.view(-1, 1) * size + torch.arange(size)).view(-1)
+
+    @staticmethod
+    def _joined(runs: list[torch.Tensor | Coded]) -> torch.Tensor | Coded:
+        """Runs of one part (keys or values) one after the other, tensors or KIVI codes."""
+        out = runs[0]
+        for run in runs[1:]:
+            out = joined_tokens(out, run, 1)
+        return out
+
+    @classmethod
+    def _take(
+        cls, host: HostStore, blocks: torch.Tensor, size: int
+    ) -> tuple[torch.Tensor | Coded, torch.Tensor | Coded, torch.Tensor, torch.Tensor]:
+        """Keys, values, positions and stream ids of ``blocks`` (``size`` tokens each) of one store, copied to the
+        accelerator as stored (KIVI codes under KIVI), in the order given (the rule's score order)."""
+        ascending, order = blocks.sort()
+        got = host.take(cls._tokens(ascending, size))
+        back = torch.argsort(order)  # the rank of each block in ascending order, read in score order
+        tokens = cls._tokens(back, size)
+
+        def by_score(t: torch.Tensor | Coded) -> torch.Tensor | Coded:
+            return t.index_select(1, tokens.to(t.device) if isinstance(t, torch.Tensor) else tokens)
 
         ids = got.ids.view(len(blocks), size)[back.to(got.ids.device)].flatten()
         return by_score(got.keys), by_score(got.values), by_score(got.positions), ids

@@ -16,6 +16,12 @@ rule) would be a rule neither upstream states.
 Accelerator memory: |C| window tokens while streaming (plus a chunk, fewer than |M| - |C|), |C| + |M| - |C| = |M|
 while answering (the window stays resident; the retrieval buffer is |M| - |C| tokens at most). The host holds the
 offloaded tokens (every token for ReKV; the bounded long-term memory for LiveVLM).
+
+Under KIVI (``quant=int2|int4|int8``) the host holds the offloaded tokens as KIVI codes grouped by retrieval block
+(:mod:`infinipotv.kv.coded`), the retrieved blocks reach the accelerator as codes and are dequantized as a forward
+reads them, and the view counts the codes it holds. Under a budget in bytes the buffer is sized by those bytes:
+a layer reads the most of its picked blocks whose bytes fit what the cap leaves beside the stores (a block's key
+rows make it dearer per token than KIVI's formula that turned the budget into |M|).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import torch
 
 from infinipotv.compress import compressed_size
 from infinipotv.compress.retrieval import RetrievalPolicy
+from infinipotv.kv.coded import CodedRun, coding_of
 from infinipotv.kv.host import HostStore, Offloaded
 from infinipotv.models.base import ModelAdapter, VisionChunk
 from infinipotv.stream.method import Asked, StreamingMethod, View, held_bytes, streaming_method
@@ -67,7 +74,10 @@ class Retrieval(StreamingMethod):
 
     def start(self, video: VideoState) -> None:
         device = self.adapter.device
-        video.host = [HostStore(device, on_accelerator=not self.offload) for _ in range(self.adapter.n_layers)]
+        coding = coding_of(video.cache.stores[0])
+        video.host = [
+            HostStore(device, on_accelerator=not self.offload, coding=coding) for _ in range(self.adapter.n_layers)
+        ]
         rows = self.adapter.text_positions(0, 1).shape[0]
         video.state[WINDOW_POSITIONS] = torch.empty(rows, 0, dtype=torch.long, device=device)
 
@@ -97,7 +107,8 @@ class Retrieval(StreamingMethod):
             for layer, (store, host) in enumerate(zip(video.cache.stores, video.host)):
                 keys, values = store.read()
                 if self.rule.offload_on_arrival:
-                    host.append(self._arrival(keys[:, -n:], values[:, -n:], token_ids, positions, chunk))
+                    block = self.block(chunk.tokens_per_frame)
+                    host.append(self._arrival(keys[:, -n:], values[:, -n:], token_ids, positions, chunk), block)
                 if drop:
                     if not self.rule.offload_on_arrival:
                         old = slice(p, p + drop)
@@ -152,8 +163,11 @@ class Retrieval(StreamingMethod):
         block = self.block(video.grid[0] * video.grid[1])
         candidates = [self._candidates(video, store, host, block) for store, host in zip(cache.stores, video.host)]
         counts = self.counts(queries, candidates)
+        room = self.room(video)
+        # a coded run moved to contiguous positions holds its old and new positions (int64 rows) for its reads
+        moved = 2 * 8 * a.text_positions(0, 1).shape[0] if contiguous and video.host[0].coding is not None else 0
         tokens = [
-            self._picked(host, q, rows, n, block)
+            self._picked(host, q, rows, n, block, room, moved)
             for host, q, (rows, _), n in zip(video.host, queries, candidates, counts)
         ]
         window = len(cache.stores[0]) - p if self.rule.include_window else 0  # its length, not a decoded read
@@ -165,16 +179,21 @@ class Retrieval(StreamingMethod):
             stored_ids = store.token_ids()[0]
             read = (stored_ids[:p], picked.ids.to(stored_ids), *([stored_ids[p:]] if self.rule.include_window else []))
             ids.append(torch.cat(read))
-            keys, values = picked.keys.to(stored_k.dtype), picked.values.to(stored_v.dtype)
-            nbytes += keys.nbytes + values.nbytes  # the retrieval buffer: the view's own tensors
+            coded = not isinstance(picked.keys, torch.Tensor)  # KIVI codes: dequantized as a forward reads them
+            if coded:
+                keys, values = CodedRun(picked.keys), CodedRun(picked.values)
+            else:
+                keys, values = picked.keys.to(stored_k.dtype), picked.values.to(stored_v.dtype)
             window_k, window_v = stored_k[:, p:], stored_v[:, p:]  # read in place
             if contiguous:
                 length = keys.shape[1] + window
                 new = a.text_positions(video.video_start + longest - length, length)
-                keys = a.rerotate(keys, picked.positions.long(), new[:, : keys.shape[1]])
+                old, moved = picked.positions.long(), new[:, : keys.shape[1]]
+                keys = CodedRun(picked.keys, a.rerotate, old, moved) if coded else a.rerotate(keys, old, moved)
                 if self.rule.include_window:  # moved keys are new tensors: counted
                     window_k = a.rerotate(window_k, video.state[WINDOW_POSITIONS], new[:, keys.shape[1] :])
                     nbytes += window_k.nbytes
+            nbytes += keys.nbytes + values.nbytes  # the retrieval buffer: the view's own tensors
             parts_k, parts_v = (stored_k[:, :p], keys), (stored_v[:, :p], values)
             if self.rule.include_window:
                 parts_k, parts_v = (*parts_k, window_k), (*parts_v, window_v)
@@ -209,14 +228,37 @@ class Retrieval(StreamingMethod):
             rows = rows[:n_blocks]
         return rows, self.rule.blocks_to_retrieve(n_blocks, self.buffer, block)
 
+    def room(self, video: VideoState) -> int | None:
+        """Under a budget in bytes, the bytes one layer's retrieved keys and values may take: what the cap leaves
+        beside the stores and the method's accelerator state, shared by the layers (their windows hold the same
+        tokens). None without a byte cap. Full precision always fits (the cap is the formula's bytes of |M|)."""
+        cap = self.schedule.byte_cap
+        if cap is None:
+            return None
+        return (cap.cap - held_bytes(video) - self.accelerator_bytes(video)) // len(video.host)
+
     def _picked(
-        self, host: HostStore, queries: torch.Tensor, rows: torch.Tensor, n_select: int, block: int
+        self,
+        host: HostStore,
+        queries: torch.Tensor,
+        rows: torch.Tensor,
+        n_select: int,
+        block: int,
+        room: int | None = None,
+        moved: int = 0,
     ) -> torch.Tensor:
-        """Ascending indices into ``host`` of the tokens of the ``n_select`` blocks one layer reads."""
-        if n_select < 1:
-            return torch.empty(0, dtype=torch.long)
-        picked = self.select(host, queries, rows, n_select, block).to("cpu")
-        return (picked.view(-1, 1) * block + torch.arange(block)).view(-1)
+        """Ascending indices into ``host`` of the tokens of the ``n_select`` blocks one layer reads: under a byte cap
+        (``room``), the most blocks the rule picks whose bytes, as taken (plus ``moved`` bytes a token), fit it."""
+        while n_select >= 1:
+            picked = self.select(host, queries, rows, n_select, block).to("cpu")
+            tokens = (picked.view(-1, 1) * block + torch.arange(block)).view(-1)
+            if room is None:
+                return tokens
+            cost = host.nbytes_of(tokens) + moved * len(tokens)
+            if cost <= room:
+                return tokens
+            n_select = min(n_select - 1, n_select * room // cost)
+        return torch.empty(0, dtype=torch.long)
 
     def select(
         self, host: HostStore, queries: torch.Tensor, rows: torch.Tensor, n_select: int, block: int

@@ -16,7 +16,6 @@ import torch
 
 from infinipotv.compress.streamingvlm import StreamingVLM, window_keep
 from infinipotv.kv.rotary import RotaryStore
-from infinipotv.kv.store import FullPrecisionStore
 from infinipotv.models.base import ModelAdapter, VisionChunk
 from infinipotv.stream.method import Asked, StreamingMethod, View, held_bytes, streaming_method
 from infinipotv.stream.schedule import ByteCap, Schedule
@@ -41,14 +40,10 @@ class StreamingVLMMethod(StreamingMethod):
 
     def start(self, video: VideoState) -> None:
         """Shrink: every layer's store (holding the prefix) becomes a :class:`RotaryStore` over it, rotating with
-        the decoder's own RoPE (``adapter.rerotate``); KIVI stores are refused."""
+        the decoder's own RoPE (``adapter.rerotate``). Under KIVI the window is the KIVI store's: its keys, coded
+        as the forward rotated them, are dequantized then rotated by their shifts on read."""
         if not self.shrink:
             return
-        if not isinstance(video.cache.stores[0], FullPrecisionStore):
-            raise ValueError(
-                "compress=streamingvlm with compress.pos_mode=shrink keeps full-precision keys (rotated on read); "
-                "KIVI codes are not supported with it: use quant=fp16 (or bf16) or compress.pos_mode=original"
-            )
         rows = self.adapter.text_positions(0, 1).shape[0]
         for layer in video.cache.layers:
             layer.store = RotaryStore(layer.store, self.adapter.rerotate, rows)

@@ -33,7 +33,7 @@ import torch
 
 from infinipotv.compress.retrieval import block_means
 from infinipotv.compress.streamkv import Segmenter, StreamKV
-from infinipotv.kv.host import TOKEN_DIM, HostStore, Offloaded
+from infinipotv.kv.host import TOKEN_DIM, HostStore, Offloaded, joined_tokens
 from infinipotv.models.base import ModelAdapter, VisionChunk
 from infinipotv.stream.method import streaming_method
 from infinipotv.stream.retrieval import Retrieval
@@ -140,7 +140,7 @@ class StreamKVMethod(Retrieval):
                 where,
                 block_means(mean, per_frame),
             )
-            host.splice(start, stop, merged)
+            host.splice(start, stop, merged, per_frame)
         seg.embeds[i] = ((seg.embeds[i].float() + seg.embeds[i + 1].float()) / 2).to(seg.embeds[i].dtype)
         for part in (seg.embeds, seg.positions, seg.ids):
             del part[i + 1]
@@ -172,7 +172,8 @@ class StreamKVMethod(Retrieval):
             reserved = r.reserved(scores)
         for layer, (host, start) in enumerate(zip(video.host, starts)):
             first, stop = start * per_frame, (start + n_frames) * per_frame
-            kept = Offloaded(*(host.read(name, first, stop) for name in TOKEN_DIM), block_keys=rows[layer])
+            kept = host.cut(first, stop)  # as stored: KIVI codes move without being quantized again
+            kept.block_keys = rows[layer]
             if r.compresses:
                 frames = torch.topk(scores[layer], int(reserved[layer])).indices.sort().values.cpu()
                 tokens = (frames.view(-1, 1) * per_frame + torch.arange(per_frame)).view(-1)
@@ -184,17 +185,18 @@ class StreamKVMethod(Retrieval):
                     block_keys=kept.block_keys.index_select(0, frames),
                 )
             if n_summary:
-                kept = self._with_summary(kept, tails[layer], seg)
+                kept = self._with_summary(host, kept, tails[layer], seg)
             host.splice(first, stop, kept)
 
-    def _with_summary(self, kept: Offloaded, summary: tuple[torch.Tensor, torch.Tensor], seg: OpenSegment) -> Offloaded:
-        """``kept`` then the summary frame (keys after RoPE at its segment's last frame's positions, and its row)."""
+    def _with_summary(
+        self, host: HostStore, kept: Offloaded, summary: tuple[torch.Tensor, torch.Tensor], seg: OpenSegment
+    ) -> Offloaded:
+        """``kept`` then the summary frame (keys after RoPE at its segment's last frame's positions, and its row),
+        the summary as ``host`` stores it (coded as one frame under KIVI)."""
         keys, values = summary
         positions = seg.positions[-1]
         row = block_means(self.adapter.rerotate(keys, positions, torch.zeros_like(positions)), keys.shape[1])
-        added = (keys, values, seg.ids[-1], positions)
-        parts = [
-            torch.cat([mine, theirs.to(mine.device, mine.dtype)], dim=dim)
-            for mine, theirs, dim in zip(kept.tensors(), added, TOKEN_DIM.values())
-        ]
+        added = host.coded(Offloaded(keys, values, seg.ids[-1], positions), keys.shape[1])
+        pairs = zip(kept.tensors(), added.tensors(), TOKEN_DIM.values())
+        parts = [joined_tokens(mine, theirs, dim) for mine, theirs, dim in pairs]
         return Offloaded(*parts, block_keys=torch.cat([kept.block_keys, row.to(kept.block_keys.device)]))

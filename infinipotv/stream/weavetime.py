@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from infinipotv.compress.weavetime import WeaveTime, coarse_to_fine, kv_queries, top_entropy
+from infinipotv.kv.coded import full
 from infinipotv.kv.host import HostStore
 from infinipotv.stream.method import Asked, View, streaming_method
 from infinipotv.stream.retrieval import Retrieval
@@ -68,7 +69,7 @@ class WeaveTimeRetrieval(Retrieval):
             for batch in candidates.to("cpu").split(n_select):
                 got = host.take((batch.view(-1, 1) * block + torch.arange(block)).view(-1))
                 positions = got.positions.long()
-                keys = self.adapter.rerotate(got.keys, positions, torch.zeros_like(positions))
+                keys = self.adapter.rerotate(full(got.keys), positions, torch.zeros_like(positions))
                 h, _, dim = keys.shape  # [H_kv, n * block, D] -> per block, per token, heads concatenated
                 yield keys.view(h, len(batch), block, dim).permute(1, 2, 0, 3).reshape(len(batch), block, h * dim)
 

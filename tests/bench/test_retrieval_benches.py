@@ -35,3 +35,16 @@ def test_retrieval_benches_run_in_smoke_mode(tmp_path: Path) -> None:
     by_method = {(r["model"], r["method"]): r for r in peers["runs"]}
     assert by_method[("llava_ov", "tar_van_pool")]["host_bytes"] == 0 < by_method[("llava_ov", "rekv")]["host_bytes"]
     assert {m for _, m in by_method} == {"tar_van_pool", "rekv", "livevlm", "streammem", "streamingvlm", "streamingtom"}
+
+
+def test_host_memory_at_real_shapes_reads_the_stores_own_bytes(tmp_path: Path) -> None:
+    """bench.retrieval_host_shapes at tiny length: KIVI-coded host stores by part, about a third (INT4) and a fifth
+    (INT2) of FP16 for ReKV, WeaveTime's the same as ReKV's, LiveVLM's not scaled in time (bounded)."""
+    data = importlib.import_module("bench.retrieval_host_shapes").main(["--smoke", "--out", str(tmp_path)])
+    by = {(r["method"], r["storage"]): r for r in data["runs"]}
+    assert 0.30 < by[("rekv", "int4")]["vs_fp16"] < 0.36 and 0.18 < by[("rekv", "int2")]["vs_fp16"] < 0.23
+    assert {"key_codes", "key_scale_zero", "value_codes", "bookkeeping"} <= set(
+        by[("rekv", "int4")]["parts_hour_model"]
+    )
+    assert by[("weavetime", "int4")]["total_hour_bytes"] == by[("rekv", "int4")]["total_hour_bytes"]
+    assert by[("livevlm", "fp16")]["scale"]["time"] == 1.0

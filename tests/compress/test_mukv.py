@@ -106,7 +106,6 @@ def compose_run(*overrides: str):
     [
         (["compress.patch_split=3"], "compress.patch_split=1 or 2 or 4 or 8 or 16"),
         (["compress.budget=40"], "raise compress.budget to 56"),
-        (["quant=int4"], "use quant=fp16"),
         (["compress.keep_patch=0"], "keep_patch=0"),
     ],
 )

@@ -12,7 +12,7 @@ import torch
 from infinipotv.compress import build
 from infinipotv.config import ConfigError, ModelConfig
 from infinipotv.factory import validate
-from infinipotv.kv import FullPrecisionStore, KiviStore
+from infinipotv.kv import FullPrecisionStore
 from infinipotv.kv.cache import StoreLayer
 from infinipotv.kv.oqm import OQMLayer, group_bytes
 from infinipotv.models import ADAPTERS
@@ -222,7 +222,6 @@ def test_streamingtom_reads_at_most_prefix_plus_M_and_grows_by_its_groups(monkey
 def test_bad_knobs_are_refused_in_one_line() -> None:
     adapter = tiny_adapter("llava_ov")  # 16 tokens per frame
     cases = [
-        (dict(name="streamingvlm", budget=64, make_store=lambda: KiviStore(4, 16, 8, torch.float32)), "quant=fp16"),
         (dict(name="streamingtom", budget=64, retain=17), "compress.retain"),
         (dict(name="streamingtom", budget=3), "compress.budget"),
         (dict(name="streammem", budget=2), "eval.chunk_frames"),  # a chunk of 2 frames leaves no room for tokens
@@ -236,29 +235,30 @@ def test_bad_knobs_are_refused_in_one_line() -> None:
 
 
 STORAGE_REFUSALS = [
-    (["compress=streamingvlm", "quant=int4"], "compress.pos_mode=original"),
     (["compress=streamingtom", "quant=int8"], "quant=fp16"),
+    (["compress=streamingtom", "quant=int4", "model=tiny_qwen2vl", "compress.budget=96"], "its own 4-bit store, OQM"),
 ]
 
 
 @pytest.mark.parametrize(("overrides", "fix"), STORAGE_REFUSALS)
 def test_a_storage_the_method_cannot_use_is_a_config_error(overrides: list[str], fix: str) -> None:
-    """Refused when the config is validated, before any model loads, on every model (M-RoPE re-rotates too);
-    StreamingVLM with its original positions may store its memory in KIVI codes (nothing is re-rotated)."""
+    """StreamingTOM's OQM is its own low-bit store: KIVI is refused when the config is validated, before any model
+    loads, in one line that says how the two compare. StreamingVLM's window takes KIVI codes in either position
+    mode (issue 57: under shrink they are dequantized, then rotated on read), and MuKV's blocks too."""
     with pytest.raises(ConfigError) as refused:
         validate(compose_run(*overrides))
     assert fix in str(refused.value) and "\n" not in str(refused.value)
-    with pytest.raises(ConfigError, match="compress.pos_mode=original"):
-        validate(compose_run("compress=streamingvlm", "quant=int4", "model=tiny_qwen2vl", "compress.budget=96"))
-    validate(
-        compose_run(
-            "compress=streamingvlm",
-            "compress.pos_mode=original",
-            "quant=int4",
-            "model=tiny_qwen2vl",
-            "compress.budget=96",
+    for mode in ("shrink", "original"):
+        validate(
+            compose_run(
+                "compress=streamingvlm",
+                f"compress.pos_mode={mode}",
+                "quant=int4",
+                "model=tiny_qwen2vl",
+                "compress.budget=96",
+            )
         )
-    )
+    validate(compose_run("compress=mukv", "quant=int4", "model=tiny_llava_ov"))
 
 
 @pytest.mark.slow
