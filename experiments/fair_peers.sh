@@ -7,7 +7,8 @@
 #   test   seed 0 at |M| = 72, 144, 288, 576 at the upstream split, then the tuned rows, INT4 at equal bytes, the
 #          full cache, StreamingTOM at |M| = 576's bytes, seed 1 at |M| = 144, the check of each choice at
 #          |M| = 288 on the development seed, and StreamKV's layer-adaptive retrieval counts (upstream's
-#          retrieve_temp = 0.5) at its upstream split
+#          retrieve_temp = 0.5) at its upstream split, and every method that takes KIVI in INT4 at |M| = 144's
+#          FP16 bytes (the INT4 field)
 #   tables python -m infinipotv.results fair_peers
 # Usage: bash experiments/fair_peers.sh [dev|m144|test|all]   (from the repository root, after `make install`)
 # Time: ~3.5 min per 100-question run and ~6.5 min per 200-question run per core on a 2-core VM: the development
@@ -53,6 +54,9 @@ HALF_B=compress=streamkv,weavetime,mukv,streammem,streamingvlm,streamingtom
 # StreamKV's upstream retrieval (issue 43): per-layer counts in [R/2, 3R/2] from the question's scores, the same
 # total bytes; added after the test rows were run, so it runs last in both lanes.
 ADAPTIVE=(compress=streamkv compress.retrieve_temp=0.5 label=adaptive)
+# The field at equal bytes in INT4 (issue 57): every method that takes KIVI, in INT4 at |M| = 144's FP16 bytes, each
+# paired against its own FP16 row (StreamingTOM refuses: its OQM is its own 4-bit store); added last in both lanes.
+INT4_FIELD=(quant=int4 compress.budget=null compress.budget_mib=3.3921 label=upstream)
 
 m144_a() {
   sweep "$HALF_A" label=upstream compress.budget=144
@@ -80,6 +84,7 @@ test_a() {
   sweep compress=full compress.budget=null label=upstream benchmark.seed=1
   sweep "${ADAPTIVE[@]}" compress.budget=144
   sweep "${ADAPTIVE[@]}" compress.budget=144 benchmark.seed=1
+  sweep compress=swa,van,tar_van,van_pool,rekv,livevlm "${INT4_FIELD[@]}"
 }
 
 test_b() {
@@ -98,6 +103,7 @@ test_b() {
   sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib="${MIB[1]}" label=upstream \
     benchmark.seed=1
   sweep "${ADAPTIVE[@]}" compress.budget=72,288,576
+  sweep compress=streamkv,weavetime,mukv,streammem,streamingvlm "${INT4_FIELD[@]}"
 }
 
 for_tuned() {  # lane $1 of 2: for each of its half of the methods the development rule retuned, run "${@:2}" with

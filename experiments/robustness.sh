@@ -4,7 +4,7 @@
 # development phase comes first (bash experiments/fair_peers.sh dev): the tuned rows are the ones its rule chose.
 # Usage: bash experiments/robustness.sh   (from the repository root, after `make install`)
 # Time: ~7 min per 200-question run per core on a 2-core VM (MuKV ~16 min; the background setting's 24-token frames
-# about twice that), ~60 runs: the study spans sittings. Every sweep resumes its own run directories under
+# about twice that), ~60 runs, then the INT4 field on the kind-cue setting (11 runs): the study spans sittings. Every sweep resumes its own run directories under
 # results/runs/robustness; commit them at the end of a sitting as experiments/study.sh says. Wall times go to
 # study.log. tests/results/test_fair_peers.py composes every `sweep` line below.
 set -euo pipefail
@@ -20,6 +20,8 @@ background=('benchmark.options.grid=[6,4]' benchmark.options.background_rows=3 m
 HALF_A=compress=swa,van,tar_van,van_pool,tar_van_pool,rekv,livevlm
 HALF_B=compress=streamkv,weavetime,mukv,streammem,streamingvlm,streamingtom
 TUNED=(swa van tar_van van_pool tar_van_pool rekv livevlm streamkv weavetime mukv streammem streamingtom)
+# the INT4 field on the kind-cue setting (issue 57): every method that takes KIVI at |M| = 144's FP16 bytes
+INT4_FIELD=(quant=int4 compress.budget=null compress.budget_mib=3.3921 label=upstream "${cue[@]}")
 
 setting() {  # the overrides of setting $1
   local -n overrides=$1
@@ -35,6 +37,7 @@ lane_a() {
     sweep compress=tar_van_pool quant=int4 compress.budget=null compress.budget_mib=3.3921 label=upstream "${s[@]}"
   done
   for_tuned 0
+  sweep compress=swa,van,tar_van,van_pool,rekv,livevlm "${INT4_FIELD[@]}"
 }
 
 lane_b() {
@@ -44,6 +47,7 @@ lane_b() {
     sweep "$HALF_B" label=upstream "${s[@]}"
   done
   for_tuned 1
+  sweep compress=streamkv,weavetime,mukv,streammem,streamingvlm "${INT4_FIELD[@]}"
 }
 
 for_tuned() {  # lane $1 of 2: each of its half of the methods the fair study's rule retuned, on every setting

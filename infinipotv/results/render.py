@@ -212,7 +212,7 @@ class _Format:
     def paired(self, row: Row, cell: Cell, column: ColumnSpec, baseline: str | None) -> list[str]:
         """The count and the difference-with-CI cells that follow a ``paired`` column."""
         n = self.text(DASH) if cell.n is None else f"{cell.n:,}"
-        if row.id == baseline and not cell.missing:
+        if row.id == baseline and not cell.missing and column.versus is None:
             return [n, self.text("(baseline)")]
         s = cell.stat
         if s is None:
@@ -264,17 +264,20 @@ def _headers(table: Table, stats: bool, escape: Callable[[str], str]) -> list[st
     for column in table.spec.columns:
         header.append(escape(_header(column)))
         if column.paired and not stats:
-            header += [escape("n"), escape(f"Δ {column.label} (95% CI)")]
+            versus = f" vs {column.versus}" if column.versus else ""
+            header += [escape("n"), escape(f"Δ {column.label}{versus} (95% CI)")]
     return header
 
 
 def _paired_note(table: Table) -> list[str]:
-    paired = [c.label for c in table.spec.columns if c.paired]
+    paired = [c for c in table.spec.columns if c.paired]
     if not paired or not table.baseline:
         return []
+    versus = [f"Δ {c.label} vs {c.versus} = the row's {c.label} minus its own {c.versus}" for c in paired if c.versus]
+    against = "" if all(c.versus for c in paired) else f"Δ = the row minus {table.baseline}; "
     return [
-        f"n = questions in the cell; Δ = the row minus {table.baseline} on the questions both answered, points, "
-        f"with its 95% bootstrap CI: a CI that excludes 0 is a significant difference."
+        f"n = questions in the cell; {against}{'; '.join(versus) + '; ' if versus else ''}on the questions both "
+        f"answered, points, with its 95% bootstrap CI: a CI that excludes 0 is a significant difference."
     ]
 
 

@@ -12,8 +12,11 @@ Shape (YAML, inside ``experiments/NAME.yaml``)::
                                                                              # baseline row with its 95% CI
         - {benchmark: videomme, metric: memory.peak_accelerator_bytes, scale: MiB, label: MiB}
         - {benchmark: symbolic, score: overall, label: Cue, where: {benchmark.options.answer_cue: kind}}
+        - {benchmark: symbolic, score: overall, label: INT4, paired: true, versus: FP16, where: {kv: int4}}
                                  # `where` (as rows' `where`): the column's run is the row's run that also matches
-                                 # it, so one row can show one method on several settings side by side
+                                 # it, so one row can show one method on several settings side by side; with
+                                 # `versus: LABEL` a paired column's difference is against that column of the same
+                                 # row (INT4 against the method's own FP16), not against the baseline row
                                  # a measurement, not a score: a path into metrics.json, times `scale` (a number or
                                  # KiB, MiB, GiB for bytes, ms for seconds)
                                  # `better: higher | lower` says which value is bolded; default: lower for bytes and
@@ -85,6 +88,7 @@ class ColumnSpec:
     metric: str | None = None
     scale: float = 1.0  # a metric's unit: 2**-20 for bytes as MiB
     where: dict[str, Any] = field(default_factory=dict)  # the row's runs this column draws on (as rows' `where`)
+    versus: str | None = None  # a paired column's other side: the label of a column of the same row (not the baseline)
 
     @property
     def key(self) -> str:
@@ -223,6 +227,7 @@ COLUMN_KEYS = {
     "better",
     "paired",
     "where",
+    "versus",
 }
 
 
@@ -276,7 +281,10 @@ def _column(block: Mapping[str, Any], where: str) -> ColumnSpec:
         metric=metric,
         scale=float(scale),
         where=dict(_mapping(block.get("where") or {}, f"{where}.where")),
+        versus=None if block.get("versus") is None else str(block["versus"]),
     )
+    if column.versus is not None and not column.paired:
+        raise SpecError(f"{where}: `versus` names the other side of a paired column: add `paired: true`")
     if column.better not in ("higher", "lower"):
         raise SpecError(f"{where}: better must be 'higher' or 'lower', got {column.better!r}")
     return column
@@ -323,6 +331,13 @@ def parse_table(block: Mapping[str, Any], where: str = "table") -> TableSpec:
     stub = _strings(block.get("stub") or ["Method"])
     given = _items(_require(block, "columns", where), f"{where}.columns")
     columns = tuple(_column(c, f"{where}.columns[{i}]") for i, c in enumerate(given))
+    for i, column in enumerate(columns):
+        others = [c.label for c in columns if c.score == column.score and c is not column]
+        if column.versus is not None and column.versus not in others:
+            raise SpecError(
+                f"{where}.columns[{i}]: versus {column.versus!r} is not another column of the same score "
+                f"(have: {others})"
+            )
     rows_block = _require(block, "rows", where)
     if isinstance(rows_block, Mapping):
         rows: tuple[RowSpec, ...] | AutoRows = _auto_rows(rows_block, len(stub), f"{where}.rows")

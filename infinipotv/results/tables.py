@@ -440,6 +440,7 @@ def add_stats(table: Table, baseline: str | None = None, n_boot: int = N_BOOT, s
         if wanted is not None and not _named(base, wanted):
             table.notes.append(f"table {table.spec.name!r}: baseline {wanted!r} has no runs; using {base.id!r}")
     table.baseline, table.n_boot = base.id, n_boot
+    _add_versus(table, run_rows, n_boot, seed)
     for row in run_rows:
         for key, run in row.runs.items() if row is not base else ():
             if key not in base.runs:
@@ -451,7 +452,9 @@ def add_stats(table: Table, baseline: str | None = None, n_boot: int = N_BOOT, s
                     f"({_selection_diff(run, base.runs[key])})"
                 )
                 continue
-            indices = [j for j, c in enumerate(table.spec.columns) if c.key == key and c.score is not None]
+            indices = [
+                j for j, c in enumerate(table.spec.columns) if c.key == key and c.score is not None and c.versus is None
+            ]
             paths = [str(table.spec.columns[j].score) for j in indices]
             try:
                 stats = paired_differences(run, base.runs[key], paths, n_boot, seed)
@@ -460,6 +463,27 @@ def add_stats(table: Table, baseline: str | None = None, n_boot: int = N_BOOT, s
                 continue
             for j, path in zip(indices, paths):
                 row.cells[j].stat = stats[path]
+
+
+def _add_versus(table: Table, rows: Sequence[Row], n_boot: int, seed: int) -> None:
+    """The paired difference of each ``versus`` column against the named column of the same row (a method's INT4
+    run against its own FP16 run), on the questions both were asked."""
+    columns = table.spec.columns
+    for j, column in enumerate(columns):
+        if column.versus is None:
+            continue
+        other = next(c for c in columns if c.label == column.versus and c.score == column.score)
+        for row in rows:
+            run, against = row.runs.get(column.key), row.runs.get(other.key)
+            if run is None or against is None:
+                continue
+            if run.selection != against.selection:
+                table.notes.append(
+                    f"row {row.id} / {column.label}: no paired statistics against {other.label}: {run.id} and "
+                    f"{against.id} were asked different questions ({_selection_diff(run, against)})"
+                )
+                continue
+            row.cells[j].stat = paired_differences(run, against, [str(column.score)], n_boot, seed)[str(column.score)]
 
 
 def _selection_diff(run: Run, other: Run) -> str:

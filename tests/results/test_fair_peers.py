@@ -84,6 +84,10 @@ def test_the_test_runs_fill_every_row_once() -> None:
         want[(table, "tar_van_pool", "upstream", "int4")] = 1
         want[(table, "streamkv", "adaptive", "fp16")] = 1
     want[("m576", "streamingtom", "equal_bytes", "fp16")] = 1
+    # the INT4 field: every method that takes KIVI at |M| = 144's bytes (InfiniPot-V's row counted above)
+    want.update({("m144", m, "upstream", "int4"): 1 for m in methods if m not in ("streamingtom", "tar_van_pool")})
+    want.update({("int4_field", m, "upstream", "fp16"): 1 for m in [*methods, "full"]})
+    want.update({("int4_field", m, "upstream", "int4"): 1 for m in methods if m != "streamingtom"})
     assert dict(filled) == dict(want)
 
 

@@ -50,12 +50,12 @@ table:
 """
 
 
-def _write(root: Path, folder: str, experiment: str, policy: str, setting: str, seed: int) -> None:
-    config = run_config("mlvu", policy, "fp16", 6000, experiment)
-    config["benchmark"]["options"] = {"setting": setting}
+def _write(root: Path, folder: str, experiment: str, policy: str, setting: str, seed: int, kv: str = "fp16") -> None:
+    config = run_config("mlvu", policy, kv, 6000, experiment)
+    config["benchmark"]["options"] = {"setting": setting} if kv == "fp16" else {"setting": "a"}  # INT4: a's questions
     correct = {task: round(n * ACCURACY[(policy, setting)]) for task, n in N.items()}
     records = _records("mlvu", {t: (N[t], correct[t]) for t in N}, lambda task, i: {"task_type": task}, seed)
-    write_run(root / folder / f"{policy}_{setting}", config, records, memory_trace(policy, "fp16", 6000))
+    write_run(root / folder / f"{policy}_{setting}_{kv}", config, records, memory_trace(policy, kv, 6000))
 
 
 @pytest.fixture
@@ -86,6 +86,25 @@ def test_columns_draw_on_each_settings_run_paired_within_it_with_tau(study: Path
     assert frame.loc[frame["row"] == "kendall_tau", "value"].tolist() == [-1.0]
     assert (study / "out" / "figures" / "table_robust.png").is_file()
     assert report.n_runs == 6
+
+
+def test_a_versus_column_pairs_each_row_with_its_own_other_column(tmp_path: Path) -> None:
+    """The INT4 field: each method's INT4 run against its own FP16 run, not against the baseline row."""
+    runs = tmp_path / "results" / "runs"
+    for seed, policy in enumerate(("tar_van_pool", "rekv")):
+        _write(runs, "field", "field", policy, "a", seed)
+        _write(runs, "field", "field", policy, "b", seed + 10, kv="int4")
+    experiment = tmp_path / "field.yaml"
+    experiment.write_text(
+        "experiment: field\ntable:\n  name: field\n  columns:\n"
+        "    - {benchmark: mlvu, score: micro, label: FP16, where: {kv: fp16}}\n"
+        "    - {benchmark: mlvu, score: micro, label: INT4, paired: true, versus: FP16, where: {kv: int4}}\n"
+        "  rows: {by: [policy]}\n  baseline: tar_van_pool\n"
+    )
+    build_report(experiment, runs_dir=runs, out_dir=tmp_path / "out")
+    text = (tmp_path / "out" / "field.md").read_text()
+    assert "| Method | FP16 | INT4 | n | Δ INT4 vs FP16 (95% CI) |" in text
+    assert "| rekv | **80.0** | 30.0 | 140 | -50.0 [" in text and "| tar_van_pool | 50.0 | **50.0** | 140 | +0.0 [" in text
 
 
 def test_the_default_runs_are_the_studys_own_and_those_its_tables_name(study: Path) -> None:
