@@ -204,19 +204,57 @@ def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(front)
 
 
+#: The families a panel of their own shows; the full cache and the sliding window are drawn in every panel as the
+#: references, and the other families' runs as grey points behind.
+PANEL_FAMILIES = ("InfiniPot-V", "retrieval", "eviction")
+REFERENCES = ("full cache", "sliding window")
+
+
 def plot_accuracy_vs_metric(points: pd.DataFrame, benchmark: str, score: str, xlabel: str) -> Figure:
     """Score against a cost per run: ``points`` has ``policy``, ``kv``, ``x`` (the cost, lower is better),
     ``value`` and optionally ``ci_low``/``ci_high``, ``compress.budget_mib``. One line per method and storage, its
     runs (one per budget) joined in order of ``x``, each with its CI as a bar; runs at a budget in bytes are hollow
-    markers on a line of their own. The Pareto front is a wide grey band behind. ``xlabel`` says the cost in words
-    (:func:`metric_label`); the x axis is logarithmic where the costs span more than 10x."""
+    markers on a line of their own. The Pareto front is a wide grey band behind. Where the runs span two or more of
+    :data:`PANEL_FAMILIES`, each of those families gets a panel of its own (shared axes), the references in every
+    panel and the other families' runs as grey points, so no panel draws more than a handful of lines. ``xlabel``
+    says the cost in words (:func:`metric_label`); the x axis is logarithmic where the costs span more than 10x."""
     points = points.dropna(subset=["x", "value"])
     if points.empty:
         raise ValueError(f"no run has both {benchmark}/{score} and {xlabel}")
-    fig = Figure(figsize=(6.5, 3.8))
-    ax = fig.subplots()
+    family = points["policy"].map(lambda p: method_style(str(p)).family)
+    panels = [f for f in PANEL_FAMILIES if (family == f).any()]
+    if len(panels) < 2:
+        panels = [None]
+    fig = Figure(figsize=(6.5, 3.8) if panels == [None] else (3.6 * len(panels) + 1.0, 5.4), layout="constrained")
+    axes = fig.subplots(1, len(panels), sharex=True, sharey=True, squeeze=False)[0]
+    front = pareto_front(points)
+    for ax, panel in zip(axes, panels):
+        shown = points if panel is None else points[(family == panel) | family.isin(REFERENCES)]
+        if panel is not None:
+            behind = points[~((family == panel) | family.isin(REFERENCES))]
+            ax.scatter(behind["x"], behind["value"], s=9, color="0.75", zorder=0, label="other methods")
+            ax.set_title(panel if panel != "InfiniPot-V" else "InfiniPot-V and its ablations", fontsize=9)
+        _draw_lines(ax, shown, points["kv"].nunique())
+        ax.plot(front["x"], front["value"], color="0.6", linewidth=7, alpha=0.3, solid_capstyle="round", zorder=0)
+        ax.plot([], [], color="0.6", linewidth=5, alpha=0.3, label="Pareto front")  # the band's legend entry
+        _log_if_spans(ax, list(points["x"]))
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        if panel is not None:
+            ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, handlelength=2.5)
     has_ci = "ci_low" in points and points["ci_low"].notna().any()
-    storages = points["kv"].nunique()
+    axes[0].set_ylabel(accuracy_label(benchmark, score) + (", 95% CI" if has_ci else ""))
+    if panels == [None]:
+        _legend(axes[0], fig, _tiny(points))
+    elif _tiny(points):
+        fig.suptitle(RANDOM_WEIGHTS.capitalize(), fontsize=8, color="firebrick")
+    return fig
+
+
+def _draw_lines(ax: Axes, points: pd.DataFrame, storages: int) -> None:
+    """One line per (method, storage, budget in bytes) of ``points``, its runs joined in order of ``x``, with the
+    runs' CIs as bars where ``points`` has them."""
+    has_ci = "ci_low" in points and points["ci_low"].notna().any()
     for (policy, kv, by_bytes), series in _series(points):
         style = method_style(policy)
         series = series.sort_values("x")
@@ -235,14 +273,6 @@ def plot_accuracy_vs_metric(points: pd.DataFrame, benchmark: str, score: str, xl
             ax.errorbar(
                 series["x"], series["value"], yerr=error, fmt="none", ecolor=style.colour, elinewidth=0.7, capsize=2
             )
-    front = pareto_front(points)
-    ax.plot(front["x"], front["value"], color="0.6", linewidth=7, alpha=0.3, solid_capstyle="round", zorder=0)
-    ax.plot([], [], color="0.6", linewidth=5, alpha=0.3, label="Pareto front")  # the band's legend entry
-    _log_if_spans(ax, list(points["x"]))
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(accuracy_label(benchmark, score) + (", 95% CI" if has_ci else ""))
-    _legend(ax, fig, _tiny(points))
-    return fig
 
 
 def plot_table_columns(points: pd.DataFrame, ylabel: str) -> Figure:
