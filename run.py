@@ -26,8 +26,7 @@ from infinipotv.config import ConfigError, register_configs
 from infinipotv.factory import as_run_config, validate
 from infinipotv.models import MissingWeightsError
 from infinipotv.models.loading import check_weights
-from infinipotv.ownership import check_ours, discard_unused, inventory
-from infinipotv.rundir import RunDirError, check_usable
+from infinipotv.runs import RunDirError, check_ours, check_usable, discard_unused, inventory
 from infinipotv.threads import use_threads
 
 register_configs()
@@ -46,7 +45,7 @@ def main(dcfg: DictConfig) -> dict:
         check_weights(cfg.model)  # the first thing a missing checkpoint should hear about
         validate(cfg)
         use_threads(cfg.threads)
-        from infinipotv.answers import RunFailed
+        from infinipotv.data.answers import RunFailed
         from infinipotv.job import run_job, summary
         from infinipotv.results.tracking import track_run
 

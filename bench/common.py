@@ -27,7 +27,7 @@ from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConf
 from infinipotv.factory import as_run_config, build_parts
 from infinipotv.kv import Storage, cache_bytes
 from infinipotv.models import ADAPTERS, ModelAdapter, glyphs
-from infinipotv.provenance import git_sha, now
+from infinipotv.runs.provenance import git_sha, now
 from infinipotv.stream.session import StreamingSession
 
 ROOT = Path(__file__).resolve().parents[1]

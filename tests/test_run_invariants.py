@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infinipotv.rundir import claim
+from infinipotv.runs import claim
 from tests import launch
 from tests.helpers import lines, run_py
 

@@ -115,7 +115,7 @@ def plan_job(config_loader: Any, master: DictConfig, overrides: Sequence[str], n
     # Imported here: Hydra imports every hydra_plugins module at start-up, and torch should not slow that down.
     from infinipotv.config import ConfigError
     from infinipotv.factory import as_run_config, validate
-    from infinipotv.rundir import CONFIG, config_conflict
+    from infinipotv.runs import CONFIG, config_conflict
 
     job = PlannedJob(num, list(overrides), None)
     hydra_config = HydraConfig.instance()
