@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from infinipotv.config import RunConfig
+from infinipotv.config import RunConfig, as_run_config
 from infinipotv.data import Benchmark, Question, VideoSample
 from infinipotv.data.answers import Asked, RunFailed, answer_again, asked_of, check_restream, failure
 from infinipotv.data.frames import FrameSource, SourcesAhead
@@ -31,7 +31,7 @@ from infinipotv.data.loading import benchmark_class
 from infinipotv.data.scoring import gate_counts
 from infinipotv.data.subset import describe, select
 from infinipotv.data.video import FramePlan
-from infinipotv.factory import Parts, as_run_config, build_benchmark, build_parts
+from infinipotv.factory import Parts, build_benchmark, build_parts
 from infinipotv.models.base import ModelAdapter, resize_frames
 from infinipotv.progress import Progress
 from infinipotv.runs import (
