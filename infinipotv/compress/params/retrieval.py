@@ -13,8 +13,9 @@ POSITIONS = ("contiguous", "original")
 
 @dataclass(frozen=True)
 class RetrievalParams(PolicyParams):
-    """Base of the retrieval methods. Subclasses set the knobs and implement :meth:`select` (and :meth:`compact`
-    when their host memory is bounded)."""
+    """Base of the retrieval methods' parameters. Subclasses set the knobs and implement :meth:`block_tokens`;
+    their tensor code (:class:`infinipotv.compress.retrieval.RetrievalPolicy`) implements ``select`` (and
+    ``compact`` when their host memory is bounded)."""
 
     streaming: ClassVar[str] = "retrieval"
     head_shared = True  # the window and the retrieved blocks are whole tokens, every head's
