@@ -15,7 +15,7 @@ LMMS_VENV ?= .venv-lmms
 LMMS_PY := $(LMMS_VENV)/bin/python
 LMMS_PIP := $(LMMS_PY) -m pip install -q --disable-pip-version-check -c constraints-lmms.txt
 
-.PHONY: install install-lmms run test probe clean
+.PHONY: install install-lmms run test smoke probe clean
 
 install: $(VENV)/.installed
 
@@ -51,6 +51,19 @@ test: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest $(ARGS)
+
+# The contracts in about 3 minutes on 2 cores (docs/runs.md, "The smoke set"): the import rules and fast refusals, the
+# config and the documented policy, every policy's contract alone and in a session, the stores and their byte
+# accounting, the schedule, run.py's runs, a kill and its resume byte for byte, a subset, one writer per run
+# directory, a study's compact runs. Of these files the tests marked slow run only where also marked smoke.
+SMOKE := tests/test_architecture.py tests/test_fast_refusals.py tests/test_registry.py tests/test_config.py \
+  tests/test_extending.py tests/compress/test_compress_policies.py tests/stream/test_compress_session.py \
+  tests/kv/test_kivi_store.py tests/kv/test_kv_accounting.py tests/kv/test_host.py tests/kv/test_oqm.py \
+  tests/kv/test_rotary_store.py tests/stream/test_schedule.py tests/test_job.py tests/test_run_invariants.py \
+  tests/test_compact.py
+
+smoke: install
+	$(PY) -m pytest -m "smoke or not slow" $(SMOKE) $(ARGS)
 
 # The hostile-input probes (tests/hostile, docs/runs.md "Hostile inputs") and the run guarantees they stand beside:
 # one OK/FAIL line per probe, then "probes: N passed, N failed".

@@ -1,8 +1,9 @@
 """Hydra entry point: ``python run.py model=qwen2vl compress=tar_van_pool quant=int4 benchmark=videomme``.
 
 The config is validated before anything is loaded; a config that cannot work fails with one line naming the option
-and a valid value (exit code 2), in seconds: what a run needs beyond the checks (the job, the results code, the
-model classes) is imported once the config has passed. Each run writes into its own directory (Hydra's), resumable
+and a valid value (exit code 2), in seconds: a knob's own value (a negative budget, a ratio out of range, an unknown
+policy or storage) is refused before torch loads, and what a run needs beyond the checks (the job, the results code,
+the model classes) is imported once the config has passed. Each run writes into its own directory (Hydra's), resumable
 on rerun. A run whose every question ended in an error keeps its files and exits 1 with one line naming the cause.
 """
 
@@ -22,12 +23,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from infinipotv.config import ConfigError, register_configs
-from infinipotv.factory import as_run_config, validate
-from infinipotv.models import MissingWeightsError
-from infinipotv.models.loading import check_weights
-from infinipotv.ownership import check_ours, discard_unused, inventory
-from infinipotv.rundir import RunDirError, check_usable
+from infinipotv.config import ConfigError, RunConfig, as_run_config, check_values, register_configs
+from infinipotv.runs import RunDirError, check_ours, check_usable, discard_unused, inventory
 from infinipotv.threads import use_threads
 
 register_configs()
@@ -43,29 +40,44 @@ def main(dcfg: DictConfig) -> dict:
     found = _found_before(dcfg)
     try:
         cfg = as_run_config(dcfg)
-        check_weights(cfg.model)  # the first thing a missing checkpoint should hear about
-        validate(cfg)
-        use_threads(cfg.threads)
-        from infinipotv.answers import RunFailed
-        from infinipotv.job import run_job, summary
-        from infinipotv.results.tracking import track_run
-
-        run_dir = Path(cfg.run_dir or HydraConfig.get().runtime.output_dir)
-        try:
-            metrics = run_job(cfg, run_dir, finished=track_run)
-        except RunFailed as err:  # its files are kept; exit 1, so that a sweep counts the job FAILED
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(1)
-    except (ConfigError, MissingWeightsError, RunDirError) as err:
+        check_values(cfg)  # a knob's own value is refused here, before torch and the model stack load
+        metrics, run_dir = _run(cfg)
+    except (ConfigError, RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         _discard(dcfg, found)  # a start that answered nothing leaves nothing it wrote
         sys.exit(2)
     except BaseException:
         _discard(dcfg, found)
         raise
+    from infinipotv.job import summary
+
     print(summary(metrics))
     print(f"\nrun directory: {run_dir}")
     return metrics
+
+
+def _run(cfg: RunConfig) -> tuple[dict, Path]:
+    """The checks that need the model stack, then the job (its metrics and run directory), imported once every
+    knob's own value has passed. A missing checkpoint is refused as a config is, in one line."""
+    from infinipotv.data.answers import RunFailed
+    from infinipotv.factory import validate
+    from infinipotv.job import run_job
+    from infinipotv.models import MissingWeightsError
+    from infinipotv.models.loading import check_weights
+    from infinipotv.results.tracking import track_run
+
+    try:
+        check_weights(cfg.model)  # the first thing a missing checkpoint should hear about, once the knobs pass
+    except MissingWeightsError as err:
+        raise ConfigError(str(err)) from None
+    validate(cfg)
+    use_threads(cfg.threads)
+    run_dir = Path(cfg.run_dir or HydraConfig.get().runtime.output_dir)
+    try:
+        return run_job(cfg, run_dir, finished=track_run), run_dir
+    except RunFailed as err:  # its files are kept; exit 1, so that a sweep counts the job FAILED
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
 
 
 def _found_before(dcfg: DictConfig) -> frozenset[str] | None:

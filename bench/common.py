@@ -23,11 +23,11 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConfig, RunConfig
-from infinipotv.factory import as_run_config, build_parts
+from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConfig, RunConfig, as_run_config
+from infinipotv.factory import build_parts
 from infinipotv.kv import Storage, cache_bytes
 from infinipotv.models import ADAPTERS, ModelAdapter, glyphs
-from infinipotv.provenance import git_sha, now
+from infinipotv.runs.provenance import git_sha, now
 from infinipotv.stream.session import StreamingSession
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from bench.common import ROOT, parse, parser, write_result
-from infinipotv.rundir import PREDICTIONS, read_jsonl
+from infinipotv.runs import PREDICTIONS, read_jsonl
 from infinipotv.threads import WAIT_VARIABLES
 
 SMOKE_OVERRIDES = [

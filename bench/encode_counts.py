@@ -30,10 +30,10 @@ from hydra import compose, initialize_config_dir
 
 from bench.common import CONF, parse, parser, write_result
 from infinipotv import job
-from infinipotv.config import register_configs
+from infinipotv.config import as_run_config, register_configs
 from infinipotv.data import register
 from infinipotv.data.symbolic import Symbolic
-from infinipotv.factory import as_run_config, validate
+from infinipotv.factory import validate
 from infinipotv.models import ADAPTERS
 from infinipotv.stream.session import StreamingSession
 

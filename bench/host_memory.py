@@ -35,10 +35,10 @@ from hydra import compose, initialize_config_dir
 
 from bench.common import CONF, ROOT, parse, parser, write_result
 from infinipotv import job
-from infinipotv.config import RunConfig, register_configs
+from infinipotv.config import RunConfig, as_run_config, register_configs
 from infinipotv.data import VideoSample
 from infinipotv.data.video import FramePlan, decode_planned, write_video
-from infinipotv.factory import as_run_config, build_parts
+from infinipotv.factory import build_parts
 
 MODES = ("stream", "whole")
 MULTIPLES = (1, 16)

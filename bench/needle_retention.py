@@ -31,9 +31,9 @@ from hydra import compose, initialize_config_dir
 
 from bench.common import CONF, parse, parser, write_result
 from infinipotv import job
-from infinipotv.config import RunConfig, register_configs
+from infinipotv.config import RunConfig, as_run_config, register_configs
 from infinipotv.data.loading import hms_seconds
-from infinipotv.factory import as_run_config, build_adapter, build_benchmark, build_parts
+from infinipotv.factory import build_adapter, build_benchmark, build_parts
 from infinipotv.models import glyphs
 from infinipotv.models.base import ModelAdapter
 from infinipotv.models.symbolic import smollm2_tokenizer

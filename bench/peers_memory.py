@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from bench.common import FrameStream, load_model, parse, parser, quant_config, write_result
-from infinipotv.config import EvalConfig, RunConfig, policy_config
-from infinipotv.factory import as_run_config, build_parts
+from infinipotv.config import EvalConfig, RunConfig, as_run_config, policy_config
+from infinipotv.factory import build_parts
 from infinipotv.kv.oqm import group_bytes
 
 METHODS = ("streammem", "streamingvlm", "streamingtom")

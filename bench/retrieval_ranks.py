@@ -35,8 +35,8 @@ from bench.common import CONF, parse, parser, write_result
 from infinipotv import job
 from infinipotv.compress.rekv import ReKV
 from infinipotv.compress.retrieval import mean_query, top_blocks
-from infinipotv.config import RunConfig, register_configs
-from infinipotv.factory import as_run_config, build_adapter, build_benchmark, build_parts
+from infinipotv.config import RunConfig, as_run_config, register_configs
+from infinipotv.factory import build_adapter, build_benchmark, build_parts
 from infinipotv.results.stats import bootstrap_ci
 
 EXPERIMENT = "fair_peers"

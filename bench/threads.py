@@ -45,7 +45,7 @@ import torch
 
 from bench.common import parse, parser, write_result
 from bench.default_run import SMOKE_OVERRIDES, child_env, one_run
-from infinipotv.rundir import PREDICTIONS, read_jsonl
+from infinipotv.runs import PREDICTIONS, read_jsonl
 from infinipotv.threads import AUTO, WAIT_DEFAULT, available_cores
 
 AUTO_WITHIN = 0.10  # threads=auto within 10% of the fastest setting measured in the same run (the bound)

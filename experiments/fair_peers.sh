@@ -14,8 +14,8 @@
 # Time: ~3.5 min per 100-question run and ~6.5 min per 200-question run per core on a 2-core VM: the development
 # grid ~30 runs (~1 h), the test phase ~110 runs (~6 h), so the study spans sittings. Every sweep resumes its own run
 # directories under results/runs/fair_peers, so running the script again continues where it stopped; commit the
-# finished runs at the end of a sitting (python -m infinipotv.compact fair_peers, then git add results/runs/fair_peers:
-# experiments/study.sh says how a later sitting resumes them). Wall times go to study.log.
+# finished runs at the end of a sitting (python -m infinipotv.results.compact fair_peers, then git add
+# results/runs/fair_peers: experiments/study.sh says how a later sitting resumes them). Wall times go to study.log.
 # tests/results/test_fair_peers.py composes every `sweep` line below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -148,15 +148,15 @@ generate benchmark.seed=1
 if [ "$phase" = dev ] || [ "$phase" = all ]; then
   run_lanes dev_a dev_b
   "$PY" -m infinipotv.results.tuning "$EXPERIMENT"
-  "$PY" -m infinipotv.compact "$EXPERIMENT"
+  "$PY" -m infinipotv.results.compact "$EXPERIMENT"
 fi
 if [ "$phase" = m144 ]; then
   run_lanes m144_a m144_b
-  "$PY" -m infinipotv.compact "$EXPERIMENT"
+  "$PY" -m infinipotv.results.compact "$EXPERIMENT"
 fi
 if [ "$phase" = test ] || [ "$phase" = all ]; then
   run_lanes test_a test_b
   "$PY" -m infinipotv.results.tuning "$EXPERIMENT"   # again: the check column, from the runs at |M| = 288
-  "$PY" -m infinipotv.compact "$EXPERIMENT"
+  "$PY" -m infinipotv.results.compact "$EXPERIMENT"
   "$PY" -m infinipotv.results "$EXPERIMENT" --force
 fi

@@ -3,9 +3,9 @@
 # the study's log, then its runs compacted for git and its tables. Set EXPERIMENT and define lane_a and lane_b
 # before calling run_study (or call run_lanes with two lane functions of its own, as fair_peers.sh does).
 # The runs are committed: results/runs/$EXPERIMENT/ is where they are written and what git keeps, in compact form
-# (python -m infinipotv.compact: config, provenance, predictions, metrics; a finished run's step trace trimmed to one
-# video; its own .gitignore keeps the rest out; refused over 30 MiB). A study may span sittings: stop it, run
-# `python -m infinipotv.compact $EXPERIMENT`, commit results/runs/$EXPERIMENT, and the next sitting (this script
+# (python -m infinipotv.results.compact: config, provenance, predictions, metrics; a finished run's step trace trimmed
+# to one video; its own .gitignore keeps the rest out; refused over 30 MiB). A study may span sittings: stop it, run
+# `python -m infinipotv.results.compact $EXPERIMENT`, commit results/runs/$EXPERIMENT, and the next sitting (this script
 # again, on any clone) skips the finished runs as committed and resumes the unfinished ones. From a fresh clone,
 # `python -m infinipotv.results $EXPERIMENT --force` re-renders every table and figure without running anything.
 set -euo pipefail
@@ -25,10 +25,10 @@ generate() {  # one stream's videos, before the lanes (they would otherwise writ
 }
 
 run_lanes() {  # two lane functions side by side, timed and logged with the commit (its -dirty by provenance.json's
-  # own rule, asked of infinipotv.provenance). Both lanes are waited for; then a failed lane fails the study, so
+  # own rule, asked of infinipotv.runs.provenance). Both lanes are waited for; then a failed lane fails the study, so
   # nothing is compacted or rendered while a lane still runs or after one failed.
   local start=$SECONDS a b failed=()
-  echo "$(date -u +%FT%TZ) $1 + $2 start at $("$PY" -m infinipotv.provenance --short)" >>"$LOG"
+  echo "$(date -u +%FT%TZ) $1 + $2 start at $("$PY" -m infinipotv.runs.provenance --short)" >>"$LOG"
   "$1" & a=$!
   "$2" & b=$!
   wait "$a" || failed+=("$1")
@@ -42,6 +42,6 @@ run_lanes() {  # two lane functions side by side, timed and logged with the comm
 
 run_study() {  # lane_a and lane_b side by side, then the runs compacted for git and the tables
   run_lanes lane_a lane_b
-  "$PY" -m infinipotv.compact "$EXPERIMENT"
+  "$PY" -m infinipotv.results.compact "$EXPERIMENT"
   "$PY" -m infinipotv.results "$EXPERIMENT" --force
 }

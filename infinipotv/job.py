@@ -23,34 +23,37 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from infinipotv.answers import Asked, RunFailed, answer_again, asked_of, failure
-from infinipotv.compact import check_restream, recorded_metrics
-from infinipotv.config import RunConfig
+from infinipotv.config import RunConfig, as_run_config
 from infinipotv.data import Benchmark, Question, VideoSample
+from infinipotv.data.answers import Asked, RunFailed, answer_again, asked_of, check_restream, failure
 from infinipotv.data.frames import FrameSource, SourcesAhead
 from infinipotv.data.loading import benchmark_class
 from infinipotv.data.scoring import gate_counts
 from infinipotv.data.subset import describe, select
 from infinipotv.data.video import FramePlan
-from infinipotv.factory import Parts, as_run_config, build_benchmark, build_parts
-from infinipotv.memory_file import cut_step, is_number, trace_steps, warn_cut
+from infinipotv.factory import Parts, build_benchmark, build_parts
 from infinipotv.models.base import ModelAdapter, resize_frames
-from infinipotv.ownership import check_ours
 from infinipotv.progress import Progress
-from infinipotv.provenance import earlier_sittings, now, provenance, sitting
-from infinipotv.rundir import (
+from infinipotv.runs import (
     MEMORY,
     METRICS,
     PREDICTIONS,
     PROVENANCE,
+    check_ours,
     claim,
     cut_last_line,
+    cut_step,
+    is_number,
     parse_line,
     read_jsonl,
+    recorded_metrics,
     rewrite,
     sort_predictions,
+    trace_steps,
     unwritable,
+    warn_cut,
 )
+from infinipotv.runs.provenance import earlier_sittings, now, provenance, sitting
 from infinipotv.stream.session import Answer, StreamingSession
 
 
@@ -62,7 +65,7 @@ def read_predictions(path: Path) -> list[dict[str, Any]]:
 class _Appender:
     """Append JSON lines, each written whole and fsynced (a SIGKILL loses at most the line being written). A write
     the system refuses (a full disk, the file-size limit) is rolled back to the last whole line and stops the job
-    with one line (:func:`infinipotv.rundir.unwritable`): everything written before is kept. ``before_first`` runs
+    with one line (:func:`infinipotv.runs.unwritable`): everything written before is kept. ``before_first`` runs
     once, before the first line (the answers' provenance goes down before them)."""
 
     def __init__(self, path: Path, before_first: Callable[[], None] | None = None) -> None:
@@ -87,7 +90,7 @@ class _Appender:
             try:
                 os.ftruncate(self.fd, end)
             except OSError:
-                pass  # a cut last line is dropped when the run resumes (rundir.cut_last_line)
+                pass  # a cut last line is dropped when the run resumes (infinipotv.runs.cut_last_line)
             raise unwritable(self.path, err) from None
 
     def close(self) -> None:
@@ -339,7 +342,7 @@ def _count(value: Any) -> int | float:
 
 def _drop_partial_traces(path: Path, restream: set[str]) -> None:
     """Videos that will be streamed again (some of their questions unanswered) record their trace anew: their steps
-    leave the file, rewritten whole (:func:`infinipotv.rundir.rewrite`), every other line kept as it was. A last
+    leave the file, rewritten whole (:func:`infinipotv.runs.rewrite`), every other line kept as it was. A last
     line cut short is dropped, with one warning unless its video is streamed again."""
     cut = cut_step(path)
     if cut is not None and cut[1] not in restream:
@@ -352,17 +355,17 @@ def _drop_partial_traces(path: Path, restream: set[str]) -> None:
     for line in lines:
         step = parse_line(line)[0]
         if not (isinstance(step, dict) and isinstance(step.get("video_id"), str) and step["video_id"] in restream):
-            kept.append(line)  # a step of a finished video, or one the metrics leave out (memory_file.trace_steps)
+            kept.append(line)  # a step of a finished video, or one the metrics leave out (infinipotv.runs.trace_steps)
     if len(kept) < len(lines):
         rewrite(path, b"".join(kept))
 
 
 def _todo(run_dir: Path, samples: list[VideoSample], questions: Asked, retry_errors: bool) -> set[str]:
     """The ids of the questions already answered: one record per question of this run is kept
-    (:func:`infinipotv.rundir.sort_predictions`: a second answer, a foreign id or an unreadable line is set aside,
+    (:func:`infinipotv.runs.sort_predictions`: a second answer, a foreign id or an unreadable line is set aside,
     with one warning); with ``retry_errors`` the error records are dropped, so those questions run again. An answer
     the metrics cannot read, or to a question whose annotation or video changed since
-    (:func:`infinipotv.answers.answer_again`), is set aside too, and the question answered again: the other answers
+    (:func:`infinipotv.data.answers.answer_again`), is set aside too, and the question answered again: the other answers
     stay valid, as each question leaves the memory as it found it."""
     path = run_dir / PREDICTIONS
     found = sort_predictions(path, questions, drop_errors=retry_errors, stale=lambda r: answer_again(r, questions))
@@ -377,7 +380,7 @@ def _todo(run_dir: Path, samples: list[VideoSample], questions: Asked, retry_err
 def run_job(cfg: RunConfig, run_dir: Path, finished: Callable[[RunConfig, Path, dict], None] | None = None) -> dict:
     """Run (or resume) one evaluation into ``run_dir``; returns the metrics.
 
-    The run directory is held for this job alone and must hold this configuration (:func:`infinipotv.rundir.claim`,
+    The run directory is held for this job alone and must hold this configuration (:func:`infinipotv.runs.claim`,
     :class:`RunDirError` otherwise, before anything is written). A run whose every answer is an error raises
     :class:`RunFailed` once its files are written. ``finished(cfg, run_dir, metrics)`` runs once the local files of
     a run with a result are written, while the directory is still held: run.py passes experiment tracking

@@ -12,7 +12,7 @@ command runs there. It does not follow the machine's load, because the count cha
 torch's fp32 sums run in another order at another count, and a near-tie between two tokens may flip (2 of the
 default job's 20 answers differed between 1 and 2 threads, the score the same; ``bench.threads`` reports it). On a
 busy shared machine set ``threads=1`` (or ``OMP_NUM_THREADS``, which ``auto`` keeps). A resume may change the count
-(:data:`infinipotv.rundir.NOT_THE_RUN`): it is the user's to choose, and answers already written are kept, so only
+(:data:`infinipotv.runs.NOT_THE_RUN`): it is the user's to choose, and answers already written are kept, so only
 the rest can differ, as they would on another machine.
 
 How the workers wait is the other half. libgomp (the OpenMP runtime of torch's Linux builds) lets a worker spin

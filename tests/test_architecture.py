@@ -131,6 +131,18 @@ def test_the_job_depends_on_no_results_code():
     assert not offenders, f"job.py imports {offenders}"
 
 
+def test_the_run_directory_sits_below_what_reads_it():
+    """runs/ (the run directory's files, ownership, trace, provenance) is read by the job, the benchmarks' rescoring
+    and the aggregator, and imports none of them: only threads (the cores a sitting records)."""
+    offenders = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (PACKAGE / "runs").rglob("*.py")
+        for name in _imports(path)
+        if _room(name) not in (None, "runs", "threads")
+    )
+    assert not offenders, f"runs/ imports from above it: {offenders}"
+
+
 @pytest.mark.parametrize("room", ["kv", "models"])
 def test_lower_layers_import_nothing_from_the_config_layer(room):
     offenders = [

@@ -1,5 +1,5 @@
-"""A study's runs committed in compact form (infinipotv.compact): real small runs of the tiny Qwen2-VL on the symbolic
-benchmark, compacted and copied as a fresh clone holds them, re-render every table and figure identically and
+"""A study's runs committed in compact form (infinipotv.results.compact): real small runs of the tiny Qwen2-VL on the
+symbolic benchmark, compacted and copied as a fresh clone holds them, re-render every table and figure identically and
 resume without recomputing (a finished run untouched, an unfinished one continued to the same answers); git keeps
 exactly the compact files; a study over its size limit is refused in one line; the studies committed stay under it."""
 
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infinipotv.compact import LIMIT_MIB, committed_files, compact_study, main
 from infinipotv.config import BenchmarkConfig, CompressConfig, EvalConfig, ModelConfig, QuantConfig, RunConfig
 from infinipotv.job import run_job
 from infinipotv.results import build_report
-from infinipotv.rundir import COMPACT, MEMORY, METRICS, PREDICTIONS, PROVENANCE, RunDirError
+from infinipotv.results.compact import LIMIT_MIB, committed_files, compact_study, main
+from infinipotv.runs import COMPACT, MEMORY, METRICS, PREDICTIONS, PROVENANCE, RunDirError
 from tests.helpers import ROOT, TINY_QWEN2VL, lines
 
 pytestmark = pytest.mark.slow

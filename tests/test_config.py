@@ -9,8 +9,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from infinipotv.compress import build
-from infinipotv.config import ConfigError, register_configs
-from infinipotv.factory import as_run_config, build_policy, validate
+from infinipotv.config import ConfigError, as_run_config, register_configs
+from infinipotv.factory import build_policy, validate
 from tests.helpers import ROOT, lines, run_py
 
 

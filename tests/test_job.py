@@ -10,8 +10,7 @@ import pytest
 from infinipotv.config import CompressConfig, EvalConfig, ModelConfig, QuantConfig, RunConfig
 from infinipotv.data.toy import BUILDERS
 from infinipotv.job import read_predictions, run_job, summary
-from infinipotv.ownership import discard_unused
-from infinipotv.rundir import claim
+from infinipotv.runs import claim, discard_unused
 from tests.helpers import TINY_QWEN2VL, lines, run_py
 
 TINY = ["model=tiny_qwen2vl", "compress=full", "compress.budget=null", "quant=fp16", "benchmark=symbolic"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infinipotv.rundir import claim
+from infinipotv.runs import claim
 from tests import launch
 from tests.helpers import lines, run_py
 
@@ -62,6 +62,7 @@ def _kill_after(args: list[str], answers: int, extra_s: float, timeout: float = 
 
 
 @pytest.mark.slow
+@pytest.mark.smoke
 def test_kill_and_resume_gives_the_uninterrupted_predictions_byte_for_byte(tmp_path, full_run, symbolic_data):
     expected = predictions(full_run)
     n = expected.count(b"\n")
@@ -90,6 +91,7 @@ def test_kill_and_resume_gives_the_uninterrupted_predictions_byte_for_byte(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.smoke
 def test_a_subset_answers_each_question_as_the_full_run(tmp_path, full_run, symbolic_data):
     full = {r["question_id"]: r for r in lines(full_run / "predictions.jsonl")}
     streaming = [q for q, r in full.items() if r["time_s"] is not None]

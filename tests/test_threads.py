@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from infinipotv.config import ConfigError
-from infinipotv.rundir import CONFIG, config_conflict
+from infinipotv.runs import CONFIG, config_conflict
 from infinipotv.threads import available_cores, resolve, use_threads
 from tests.helpers import run_py
 

@@ -54,7 +54,8 @@ def test_run_py_sets_it_before_torch_loads(tmp_path: Path, given: dict[str, str]
     out = tmp_path / "seen"
     env = {name: None for name in WAIT_VARIABLES} | given
     env |= {"PYTHONPATH": str(tmp_path), "WAIT_PROBE_OUT": str(out)}
-    done = launch.run("compress.c_ratio=1.5", env=env, timeout=300)  # refused after its imports: exit 2
+    # refused once the model stack is imported (a knob's own value is refused before torch loads): exit 2
+    done = launch.run("+model.options.nosuch=1", env=env, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
     assert out.read_text() == seen
 

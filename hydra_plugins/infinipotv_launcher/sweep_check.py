@@ -113,9 +113,9 @@ def job_name(master: DictConfig, jobs: Sequence[PlannedJob]) -> str:
 def plan_job(config_loader: Any, master: DictConfig, overrides: Sequence[str], num: int) -> PlannedJob:
     """Compose and check one job of the sweep; a failure becomes the job's ``problem``, never an exception."""
     # Imported here: Hydra imports every hydra_plugins module at start-up, and torch should not slow that down.
-    from infinipotv.config import ConfigError
-    from infinipotv.factory import as_run_config, validate
-    from infinipotv.rundir import CONFIG, config_conflict
+    from infinipotv.config import ConfigError, as_run_config
+    from infinipotv.factory import validate
+    from infinipotv.runs import CONFIG, config_conflict
 
     job = PlannedJob(num, list(overrides), None)
     hydra_config = HydraConfig.instance()

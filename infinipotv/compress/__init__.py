@@ -8,25 +8,20 @@ A policy scores tokens (higher = keep) or picks them; top-|C| selection, sorting
 tar_van_pool (InfiniPot-V), tar_reversed, van_reversed, tar_frame; the field's streaming methods rekv, livevlm,
 streammem, streamingvlm, streamingtom, streamkv, weavetime, mukv (each driven by its own streaming method,
 :mod:`infinipotv.stream`).
+
+Each policy's parameters are registered without tensor code (:mod:`.params`), and its tensor code is imported when
+it is built: importing this package, registering the ``compress=`` choices and checking a config load no torch.
+:class:`Policy` and :class:`FrameLayout`, the tensor side's contract, load on first use.
 """
 
-from . import (  # noqa: F401  (registers the policies)
-    baselines,
-    frames,
-    livevlm,
-    mukv,
-    rekv,
-    streamingtom,
-    streamingvlm,
-    streamkv,
-    streammem,
-    tar_van,
-    weavetime,
-)
-from .base import (
+from typing import Any
+
+from .params import (
+    FRAME_VIEWS,
     POLICIES,
+    POOLINGS,
     PRESETS,
-    Policy,
+    PolicyParams,
     build,
     compressed_size,
     pinned_params,
@@ -34,8 +29,20 @@ from .base import (
     register,
     resolve_params,
 )
-from .layout import FRAME_VIEWS, FrameLayout
-from .pooling import POOLINGS
+
+
+def __getattr__(name: str) -> Any:
+    """The tensor side's names, imported (with torch) when first asked for."""
+    if name == "Policy":
+        from .base import Policy
+
+        return Policy
+    if name == "FrameLayout":
+        from .layout import FrameLayout
+
+        return FrameLayout
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "FRAME_VIEWS",
@@ -44,6 +51,7 @@ __all__ = [
     "PRESETS",
     "FrameLayout",
     "Policy",
+    "PolicyParams",
     "build",
     "compressed_size",
     "pinned_params",

@@ -10,13 +10,14 @@ fills.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-from .base import Policy, check_choice, check_range, register, top_indices
-from .layout import FRAME_VIEWS, FrameCoords, FrameLayout, frame_coords
-from .scores import check_tar_share, recent_frames, tar_scores
+from .base import Policy, top_indices
+from .layout import FrameCoords, FrameLayout, frame_coords
+from .params import frames as params
+from .params.tar_van import check_tar_share, recent_frames
+from .scores import tar_scores
 
 
 def frame_rank_scores(coords: FrameCoords, frame_rank: torch.Tensor) -> torch.Tensor:
@@ -26,29 +27,8 @@ def frame_rank_scores(coords: FrameCoords, frame_rank: torch.Tensor) -> torch.Te
     return -(rank * coords.tokens_per_frame + coords.slot).double()
 
 
-@dataclass(frozen=True)
-class FramePolicy(Policy):
-    """A policy that works on whole frames of a frame view."""
-
-    frame_view: str = "pseudo_frames"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("frame_view", self.frame_view, FRAME_VIEWS)
-
-
-@register("uniform_frames")
-@dataclass(frozen=True)
-class UniformFrames(FramePolicy):
-    """Whole frames evenly spaced over the region: ceil(|C| / p) of them, oldest and newest included, newest ranked
-    first (the paper's "Uniform Select"). Paper: InfiniPot-V (NeurIPS 2025, arXiv:2506.15745), budget and ablation
-    tables.
-
-    Parameters:
-        frame_view: ``pseudo_frames`` or ``grid_aware`` (see :mod:`.layout`).
-    """
-
-    head_shared = True
+class UniformFrames(params.UniformFrames, Policy):
+    """The tensor code of :class:`.params.frames.UniformFrames`."""
 
     def keep(
         self,
@@ -72,27 +52,8 @@ class UniformFrames(FramePolicy):
         return top_indices(frame_rank_scores(coords, frame_rank.expand(keys.shape[0], -1)), n_keep)
 
 
-@register("tar_frame")
-@dataclass(frozen=True)
-class TarFrame(FramePolicy):
-    """TaR at frame level: the r recent frames, then whole past frames by their mean TaR score. Paper: InfiniPot-V
-    (NeurIPS 2025, arXiv:2506.15745), ablation table ("TaR frame-level").
-
-    Parameters:
-        r_ratio: recent frames r = max(1, floor(r_ratio * frames)), always kept.
-        frame_view: ``pseudo_frames`` or ``grid_aware``.
-    """
-
-    r_ratio: float = 0.125
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_range("r_ratio", self.r_ratio, 0.0, 1.0, low_open=True)
-
-    def validate(self, n_keep: int, tokens_per_frame: int, n_tokens: int) -> None:
-        super().validate(n_keep, tokens_per_frame, n_tokens)
-        r = recent_frames(self.r_ratio, math.ceil(n_tokens / tokens_per_frame))
-        check_tar_share(n_keep, r, tokens_per_frame, 1.0, self.r_ratio)
+class TarFrame(params.TarFrame, Policy):
+    """The tensor code of :class:`.params.frames.TarFrame`."""
 
     def keep(
         self,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-FRAME_VIEWS = ("pseudo_frames", "grid_aware")
+from .params.tar_van import FRAME_VIEWS
 
 
 @dataclass(frozen=True, eq=False)

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from .layout import FrameCoords
+from .params.tar_van import POOLINGS
 
-POOLINGS = ("none", "layer_quartile", "layer_quartile_axes", "cv")
 # (mode, kernel) from the widest to none; the layer_quartile variants walk it by layer group, cv by threshold.
 KERNELS: tuple[tuple[str, int], ...] = (("3d", 7), ("2d", 5), ("1d", 3), ("none", 1))
 CLIPS = ("cube", "axes")  # the public code's clipping of the 2D/3D kernels, and ours

@@ -17,25 +17,6 @@ from .layout import FrameCoords
 KEY_EPS = 1e-9  # L2 normalisation of keys before the cosine
 
 
-def recent_frames(r_ratio: float, n_frames: int) -> int:
-    """r = max(1, floor(r_ratio * f)); the 1e-9 absorbs float error such as 0.29 * 100 = 28.999999999999996."""
-    return max(1, math.floor(r_ratio * n_frames + 1e-9))
-
-
-def tar_share(n_keep: int, alpha: float) -> int:
-    """n_tar = |C| - round((1 - alpha) * |C|): the tokens TaR picks; the rest of |C| goes to VaN."""
-    return n_keep - round((1 - alpha) * n_keep)
-
-
-def check_tar_share(n_tar: int, r: int, p: int, alpha: float, r_ratio: float) -> None:
-    """TaR must have room for its r recent frames (always kept) inside its share n_tar."""
-    if r * p > n_tar:
-        raise ValueError(
-            f"alpha={alpha} leaves n_tar={n_tar} tokens for TaR but r_ratio={r_ratio} keeps r={r} recent frames "
-            f"of p={p} tokens ({r * p}); raise alpha (or budget, c_ratio) or lower r_ratio"
-        )
-
-
 def van_scores(values: torch.Tensor) -> torch.Tensor:
     """``[H, T, D]`` -> ``[H, T]`` value norms, in fp32 whatever the input's float dtype."""
     return values.float().norm(dim=-1)

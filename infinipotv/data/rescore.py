@@ -27,8 +27,7 @@ from infinipotv.config import BenchmarkConfig, Parser
 from infinipotv.data.base import Benchmark
 from infinipotv.data.loading import benchmark_class, question_from_record
 from infinipotv.data.subset import describe, select
-from infinipotv.memory_file import is_number
-from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS, RunDirError, parse_line, rewrite
+from infinipotv.runs import CONFIG, METRICS, PREDICTIONS, RunDirError, is_number, parse_line, rewrite
 
 Record = dict[str, Any]
 
@@ -164,7 +163,7 @@ def load_benchmark_config(run_dir: Path, parser: str | None = None) -> Benchmark
 
 def read_predictions(path: Path) -> tuple[list[Record], int]:
     """The last record of each question (a later answer supersedes an earlier one, with a warning: the rule of the
-    job's resume, :func:`infinipotv.rundir.sort_predictions`) and the number of lines skipped, each with a
+    job's resume, :func:`infinipotv.runs.sort_predictions`) and the number of lines skipped, each with a
     :class:`SkippedInput` warning naming ``path`` and the line (a job killed mid-write leaves a truncated last line)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: the run wrote no predictions")
@@ -204,7 +203,7 @@ def run_questions(cfg: BenchmarkConfig, metrics: dict[str, Any] | None) -> set[s
 def only_asked(records: list[Record], asked: Collection[str] | None, path: Path) -> tuple[list[Record], int]:
     """The records of the questions the run asked (all of them when ``asked`` is None), and how many others were
     left out, with one warning naming ``path`` and the count (as a resume sets them aside,
-    :func:`infinipotv.rundir.sort_predictions`): an answer to a question the run never had is never counted."""
+    :func:`infinipotv.runs.sort_predictions`): an answer to a question the run never had is never counted."""
     if asked is None:
         return records, 0
     kept = [r for r in records if str(r["question_id"]) in asked]

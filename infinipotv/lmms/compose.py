@@ -17,8 +17,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from infinipotv.config import ConfigError, RunConfig, register_configs
-from infinipotv.factory import as_run_config, validate
+from infinipotv.config import ConfigError, RunConfig, as_run_config, register_configs
+from infinipotv.factory import validate
 
 #: The repository's conf/ (an editable install); INFINIPOTV_CONF or ``config_dir=`` in --model_args point elsewhere.
 DEFAULT_CONF = Path(__file__).resolve().parents[2] / "conf"

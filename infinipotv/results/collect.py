@@ -40,7 +40,6 @@ from infinipotv.data.rescore import (
 )
 from infinipotv.data.scoring import gate_counts
 from infinipotv.data.subset import describe, parse_shard
-from infinipotv.provenance import label, sittings
 from infinipotv.results.scoring import (
     ScorerError,
     contradicted_scores,
@@ -51,7 +50,8 @@ from infinipotv.results.scoring import (
     score_records,
     score_weights,
 )
-from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE
+from infinipotv.runs import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE
+from infinipotv.runs.provenance import label, sittings
 
 IGNORED_FOR_MERGE = ("benchmark.shard", "run_dir")  # keys that differ between shards of one run
 MEMORY_COUNTS = ("frames", "frames_with_questions_only")  # metrics.json's memory counts: shards add them up
@@ -145,7 +145,7 @@ class Run:
     @cached_property
     def mixed_code(self) -> list[str]:
         """How the code of the sittings (and shards) that answered this run differs among them, as provenance.json
-        records it (:mod:`infinipotv.provenance`): a run resumed at another commit, on a dirty tree or with other
+        records it (:mod:`infinipotv.runs.provenance`): a run resumed at another commit, on a dirty tree or with other
         packages, or shards made at different commits, is one run of mixed code, refused as two such runs are."""
         parts = [{"git_sha": label(s), "packages": s.get("packages")} for s in sittings(self.provenance)]
         return list(dict.fromkeys(d for part in parts[1:] for d in _code_differences(parts[0], part)))

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from infinipotv.data.mlvu import TASKS as MLVU_TASKS
 from infinipotv.results.scoring import score_records
-from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE
+from infinipotv.runs import CONFIG, MEMORY, METRICS, PREDICTIONS, PROVENANCE
 
 VIDEOMME_N = {"short": 500, "medium": 500, "long": 500}
 VIDEOMME_CORRECT = {

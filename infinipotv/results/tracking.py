@@ -21,7 +21,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from infinipotv.results.scoring import flatten_scores
-from infinipotv.rundir import MEMORY, read_jsonl
+from infinipotv.runs import MEMORY, read_jsonl
 
 DEFAULT_PROJECT = "infinipotv"
 

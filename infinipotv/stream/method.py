@@ -9,11 +9,12 @@ the video. A method decides only those two things (plus a chunk-size check and t
 
 How a method plugs in (docs/extending.md, "a method that retrieves at question time"):
 
-1. The rule: a frozen dataclass in ``infinipotv/compress/NAME.py`` registered with ``@register("NAME")`` (its
-   fields become ``compress.FIELD``; bad knobs are refused in one line), subclassing ``Policy`` or a base made for
-   its kind (``compress.retrieval.RetrievalPolicy``). Its class attribute ``streaming`` names the streaming method
-   that drives it: ``"compression"`` (every ``Policy``: a pass keeps the top |C| when the video part reaches |M|;
-   questions read the whole memory) or ``"retrieval"`` (ReKV, LiveVLM).
+1. The rule: its parameters, a frozen dataclass in ``infinipotv/compress/params/NAME.py`` registered with
+   ``@register("NAME", "infinipotv.compress.NAME:CLASS")`` (its fields become ``compress.FIELD``; bad knobs are
+   refused in one line, before torch loads), and its tensor code in ``infinipotv/compress/NAME.py``, subclassing
+   them and ``Policy`` or a base made for its kind (``compress.retrieval.RetrievalPolicy``). Its class attribute
+   ``streaming`` names the streaming method that drives it: ``"compression"`` (every ``Policy``: a pass keeps the
+   top |C| when the video part reaches |M|; questions read the whole memory) or ``"retrieval"`` (ReKV, LiveVLM).
 2. A new kind of streaming (a merge into prototypes, a filter before the LLM...): a :class:`StreamingMethod`
    subclass registered with ``@streaming_method("KIND")`` in a module imported by ``infinipotv/stream/__init__.py``.
    It is built as ``cls(policy, adapter, budget, c_ratio, byte_cap)`` and may use the session's hooks:

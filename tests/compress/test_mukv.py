@@ -20,8 +20,8 @@ from infinipotv.compress.mukv import (
     representative,
     token_importance,
 )
-from infinipotv.config import ConfigError, register_configs
-from infinipotv.factory import as_run_config, validate
+from infinipotv.config import ConfigError, as_run_config, register_configs
+from infinipotv.factory import validate
 from tests.helpers import ROOT
 
 # T1: g = 8 block tokens after n_init = 2 prefix tokens, one head; uniform causal rows.

@@ -10,7 +10,7 @@ import torch
 
 from infinipotv.compress import POLICIES, build
 from infinipotv.compress.livevlm import vsb_keep
-from infinipotv.compress.retrieval import RetrievalPolicy
+from infinipotv.compress.params.retrieval import RetrievalParams
 
 H_Q, H_KV, D = 6, 2, 8
 
@@ -126,7 +126,7 @@ def test_bad_knobs_are_refused_in_one_line(name, kwargs, message):
         build(name, **kwargs)
 
 
-RETRIEVAL = sorted(name for name, cls in POLICIES.items() if issubclass(cls, RetrievalPolicy))
+RETRIEVAL = sorted(name for name, cls in POLICIES.items() if issubclass(cls, RetrievalParams))
 
 
 @pytest.mark.parametrize("name", RETRIEVAL)

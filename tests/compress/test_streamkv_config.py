@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from infinipotv.config import ConfigError, register_configs
-from infinipotv.factory import as_run_config, build_policy, validate
+from infinipotv.config import ConfigError, as_run_config, register_configs
+from infinipotv.factory import build_policy, validate
 from tests.helpers import ROOT, lines, run_py
 
 TINY = ["model=tiny_qwen2vl", "compress=streamkv", "compress.budget=96", "eval.chunk_frames=2", "quant=fp16"]

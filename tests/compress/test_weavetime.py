@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_dir
 
 from infinipotv.compress import build
 from infinipotv.compress.weavetime import coarse_to_fine, kv_queries, top_entropy
-from infinipotv.config import ConfigError, register_configs
-from infinipotv.factory import as_run_config, validate
+from infinipotv.config import ConfigError, as_run_config, register_configs
+from infinipotv.factory import validate
 from tests.helpers import ROOT
 
 # T2: two query tokens in a 2-d KV space, five blocks of two tokens each.

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from infinipotv.config import register_configs
+from infinipotv.config import as_run_config, register_configs
 from infinipotv.data import check, toy
-from infinipotv.factory import as_run_config
 from infinipotv.job import read_predictions, run_job
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

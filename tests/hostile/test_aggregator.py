@@ -15,7 +15,7 @@ from infinipotv.results import load_runs
 from infinipotv.results.__main__ import main as results_main
 from infinipotv.results.collect import load_run, runs_frame
 from infinipotv.results.example import memory_trace, run_config, write_run
-from infinipotv.rundir import CONFIG, METRICS
+from infinipotv.runs import CONFIG, METRICS
 
 EXPERIMENT = """
 experiment: tiny_study

@@ -16,7 +16,7 @@ from infinipotv.job import run_job
 from infinipotv.results import load_runs
 from infinipotv.results.__main__ import main as results_main
 from infinipotv.results.collect import load_run
-from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS, PROVENANCE
+from infinipotv.runs import CONFIG, METRICS, PREDICTIONS, PROVENANCE
 from tests.hostile.run_helpers import toy_config
 from tests.hostile.test_aggregator import make_run, records
 

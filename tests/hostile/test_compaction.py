@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from infinipotv import compact
-from infinipotv.compact import compact_study, main
 from infinipotv.job import run_job
-from infinipotv.rundir import COMPACT, MEMORY, RunDirError
+from infinipotv.results import compact
+from infinipotv.results.compact import compact_study, main
+from infinipotv.runs import COMPACT, MEMORY, RunDirError
 from tests.hostile.run_helpers import files_under, toy_config
 
 
@@ -41,7 +41,8 @@ def copy(study, tmp_path) -> Path:
 
 @pytest.mark.parametrize("name", [".", "", "..", "study/run", "ABSOLUTE"])
 def test_compact_takes_a_study_name_never_a_path(copy, capsys, name):
-    """python -m infinipotv.compact refuses a path for a study name (., .., empty, absolute) in one line, untouched"""
+    """python -m infinipotv.results.compact refuses a path for a study name (., .., empty, absolute) in one line,
+    untouched"""
     runs = copy / "runs"
     name = str(runs / "study") if name == "ABSOLUTE" else name
     before = files_under(runs)

@@ -10,8 +10,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from infinipotv import factory
-from infinipotv.config import ConfigError, register_configs
-from infinipotv.factory import as_run_config, build_adapter, validate
+from infinipotv.config import ConfigError, as_run_config, register_configs
+from infinipotv.factory import build_adapter, validate
 from tests.helpers import ROOT, run_py
 
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from infinipotv.config import BenchmarkConfig, register_configs
+from infinipotv.config import BenchmarkConfig, as_run_config, register_configs
 from infinipotv.data.loading import DataError, benchmark_class, read_records
 from infinipotv.data.toy import write_toy
 from infinipotv.data.toy_sets import build_longvideobench, tiny_video
 from infinipotv.data.video import FramePlan, VideoError, decode_planned, probe
-from infinipotv.factory import as_run_config, build_adapter
+from infinipotv.factory import build_adapter
 from tests.helpers import ROOT
 
 DEEP = "[" * 100_000 + "]" * 100_000

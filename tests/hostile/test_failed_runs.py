@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infinipotv.answers import RunFailed
+from infinipotv.data.answers import RunFailed
 from infinipotv.data.rescore import SkippedInput
 from infinipotv.job import run_job
 from infinipotv.results.collect import load_runs

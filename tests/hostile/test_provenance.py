@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infinipotv import provenance
 from infinipotv.job import run_job
 from infinipotv.results.collect import load_run
-from infinipotv.rundir import METRICS, PREDICTIONS, PROVENANCE
+from infinipotv.runs import METRICS, PREDICTIONS, PROVENANCE, provenance
 from tests.hostile.run_helpers import toy_config
 from tests.hostile.test_aggregator import make_run, records
 from tests.hostile.test_aggregator_integrity import report

@@ -11,7 +11,7 @@ import pytest
 
 from infinipotv.data.rescore import rescore
 from infinipotv.results.__main__ import main as results_main
-from infinipotv.rundir import CONFIG, METRICS
+from infinipotv.runs import CONFIG, METRICS
 from tests.hostile.run_helpers import run_experiment
 from tests.hostile.test_aggregator import make_run, records
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from infinipotv.job import run_job
-from infinipotv.rundir import CONFIG, MEMORY, METRICS, PREDICTIONS, REJECTED
+from infinipotv.runs import CONFIG, MEMORY, METRICS, PREDICTIONS, REJECTED
 from tests.helpers import lines
 from tests.hostile.run_helpers import toy_config
 

@@ -18,14 +18,14 @@ from infinipotv.data.rescore import SkippedInput
 from infinipotv.data.rescore import main as rescore_main
 from infinipotv.job import _drop_partial_traces, run_job
 from infinipotv.results.collect import load_run
-from infinipotv.rundir import CONFIG, METRICS, PREDICTIONS, REJECTED, RunDirError, claim, rewrite
+from infinipotv.runs import CONFIG, METRICS, PREDICTIONS, REJECTED, RunDirError, claim, rewrite
 from tests.helpers import ROOT, run_py
 from tests.hostile.run_helpers import file_size_limit, files_under, run_experiment, toy_config
 
 _SECOND_WRITER = """
 import sys
 from pathlib import Path
-from infinipotv.rundir import RunDirError, claim
+from infinipotv.runs import RunDirError, claim
 try:
     with claim(Path(sys.argv[1]), sys.argv[2]):
         print("admitted")

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from infinipotv.job import run_job
-from infinipotv.ownership import discard_unused, inventory
-from infinipotv.rundir import RunDirError
+from infinipotv.runs import RunDirError, discard_unused, inventory
 from tests.helpers import run_py
 from tests.hostile.run_helpers import files_under, toy_config
 

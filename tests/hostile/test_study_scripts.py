@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from infinipotv.provenance import git_sha
+from infinipotv.runs.provenance import git_sha
 from tests.helpers import ROOT
 
 EXPERIMENT = "probe_study"

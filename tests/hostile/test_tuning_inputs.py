@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from infinipotv.results.tuning import main
-from infinipotv.rundir import METRICS, PREDICTIONS, PROVENANCE
+from infinipotv.runs import METRICS, PREDICTIONS, PROVENANCE
 from tests.hostile.test_aggregator import make_run, records
 
 EXPERIMENT = """

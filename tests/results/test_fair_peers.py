@@ -94,6 +94,7 @@ def test_the_test_runs_fill_every_row_once() -> None:
 def test_the_m144_phase_runs_only_test_rows_at_144() -> None:
     """The m144 phase (the robustness study's default column, run first) adds no run of its own: each of its jobs
     is a test-phase job at |M| = 144 on seed 0, so the test phase resumes them."""
+
     def jobs(lanes: tuple[str, ...]) -> set[str]:
         return {repr(sorted(j.items())) for lane in lanes for c in LANES[lane] for j in _expand(c)}
 

@@ -11,7 +11,7 @@ import pytest
 from infinipotv.data.scoring import gate_counts
 from infinipotv.results import build_table, load_runs, parse_table
 from infinipotv.results.example import MLVU_CORRECT, _mlvu_records, memory_trace, run_config, write_run
-from infinipotv.rundir import METRICS
+from infinipotv.runs import METRICS
 
 
 def _with_gates(records: list[dict], retrieve_every: int) -> list[dict]:

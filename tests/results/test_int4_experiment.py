@@ -11,8 +11,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from infinipotv.config import QuantConfig, register_configs
-from infinipotv.factory import as_run_config
+from infinipotv.config import QuantConfig, as_run_config, register_configs
 from infinipotv.kv import Storage, tokens_for_bytes
 from infinipotv.results.collect import _flatten
 from infinipotv.results.report import load_experiment

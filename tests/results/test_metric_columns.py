@@ -17,7 +17,7 @@ from infinipotv.results import SpecError, add_stats, build_report, build_table, 
 from infinipotv.results.example import MLVU_CORRECT, _mlvu_records, memory_trace, run_config, write_run
 from infinipotv.results.figures import pareto_front
 from infinipotv.results.spec import parse_experiment
-from infinipotv.rundir import METRICS
+from infinipotv.runs import METRICS
 
 MIB = 2**20
 COLUMNS = [

@@ -19,9 +19,9 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import CompactHydraException
 
 from hydra_plugins.infinipotv_launcher.sweep_check import check_sweep
-from infinipotv import factory
-from infinipotv.config import register_configs
-from infinipotv.factory import as_run_config, build_benchmark
+from infinipotv import config
+from infinipotv.config import as_run_config, register_configs
+from infinipotv.factory import build_benchmark
 from infinipotv.results.collect import _flatten
 from infinipotv.results.report import load_experiment
 from infinipotv.results.spec import AutoRows
@@ -55,7 +55,7 @@ def _sweep(name: str, command: list[str], sweep_dir: Path, monkeypatch: pytest.M
         composed.append(as_run_config(cfg))
         return composed[-1]
 
-    monkeypatch.setattr(factory, "as_run_config", recording)  # what plan_job calls, so each job is composed once
+    monkeypatch.setattr(config, "as_run_config", recording)  # what plan_job calls, so each job is composed once
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         fixed = [o for o in command if "," not in o.split("=", 1)[1] or "[" in o]

@@ -25,7 +25,7 @@ from infinipotv.results.figures import (
 )
 from infinipotv.results.methods import FAMILIES, method_style
 from infinipotv.results.spec import SpecError, parse_experiment
-from infinipotv.rundir import METRICS
+from infinipotv.runs import METRICS
 
 BUDGETS = (72, 144, 288, 576)
 MIB = 2**20

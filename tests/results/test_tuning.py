@@ -13,7 +13,7 @@ import pytest
 from infinipotv import compress
 from infinipotv.results.collect import Run
 from infinipotv.results.tuning import main, tuning_report
-from infinipotv.rundir import CONFIG, config_conflict
+from infinipotv.runs import CONFIG, config_conflict
 
 SPEC = {
     "where": {"benchmark.seed": 2, "compress.budget": 144},

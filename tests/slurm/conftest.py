@@ -64,8 +64,8 @@ class BenchmarkData:
 
 def make_benchmark(data: Path, *overrides: str) -> BenchmarkData:
     """Generate the (generated-on-first-use) benchmark the job config reads, composed exactly as the job composes it."""
-    from infinipotv.config import register_configs
-    from infinipotv.factory import as_run_config, build_benchmark
+    from infinipotv.config import as_run_config, register_configs
+    from infinipotv.factory import build_benchmark
 
     register_configs()
     with pytest.MonkeyPatch.context() as mp:

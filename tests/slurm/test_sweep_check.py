@@ -84,7 +84,7 @@ def test_a_run_directory_holding_another_config_is_not_resumed(tmp_path):
 
 
 def _run_config(overrides: list[str]):
-    from infinipotv.factory import as_run_config
+    from infinipotv.config import as_run_config
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

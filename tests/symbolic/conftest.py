@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from infinipotv.config import ModelConfig, RunConfig, register_configs
-from infinipotv.factory import as_run_config
+from infinipotv.config import ModelConfig, RunConfig, as_run_config, register_configs
 from infinipotv.models import glyphs
 from tests.helpers import ROOT
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from infinipotv.rundir import METRICS, parse_line
+from .directory import METRICS, parse_line
 
 TRACE_KEYS = (
     "video_id",

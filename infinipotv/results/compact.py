@@ -1,7 +1,7 @@
 """A study's runs as git keeps them: compact, and resumable from a fresh clone.
 
 A study (``experiments/study.sh``) writes its runs under ``results/runs/STUDY/``, and that same folder is committed.
-``python -m infinipotv.compact STUDY`` makes it fit: each run keeps its ``config.yaml``, ``provenance.json``,
+``python -m infinipotv.results.compact STUDY`` makes it fit: each run keeps its ``config.yaml``, ``provenance.json``,
 ``predictions.jsonl`` and ``metrics.json``; its step trace ``memory.jsonl`` (some 35 KB a video on the symbolic
 benchmark) stays whole while the run is unfinished, since a resume counts the memory peaks and frames from it, and is
 trimmed to one video once ``metrics.json`` holds the finished run's figures: the video the memory figure shows (the
@@ -13,9 +13,10 @@ total and the largest files, and nothing is changed. STUDY is a name, never a pa
 under the runs folder), and everything is checked before the first file changes.
 
 A later sitting resumes from them: a finished run is returned as its ``metrics.json`` records it
-(:func:`recorded_metrics`), never recomputed; an unfinished one continues from its whole trace; a compact run that
-would answer a question again (``retry_errors``, a changed annotation) is refused before anything is touched
-(:func:`check_restream`), since its trimmed trace no longer holds what its metrics were counted from.
+(:func:`infinipotv.runs.recorded_metrics`), never recomputed; an unfinished one continues from its whole trace; a
+compact run that would answer a question again (``retry_errors``, a changed annotation) is refused before anything is
+touched (:func:`infinipotv.data.answers.check_restream`), since its trimmed trace no longer holds what its metrics
+were counted from. Both live below the job, which reads them; this module is the study's tool, beside the aggregator.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infinipotv.answers import Asked, answer_again
-from infinipotv.rundir import (
+from infinipotv.runs import (
     COMPACT,
     CONFIG,
     MEMORY,
@@ -38,8 +38,8 @@ from infinipotv.rundir import (
     PREDICTIONS,
     PROVENANCE,
     RunDirError,
+    finished,
     parse_line,
-    read_jsonl,
     rewrite,
 )
 
@@ -48,60 +48,10 @@ RUN_FILES = (CONFIG, PROVENANCE, PREDICTIONS, METRICS, MEMORY, COMPACT)
 STUDY_FILES = (".gitignore", "study.log")
 LIMIT_MIB = 30.0
 IGNORE_HEADER = """\
-# What git keeps of this study's runs (written by python -m infinipotv.compact; docs/runs.md, "A study's runs are
-# committed"): each run's config, provenance, predictions, metrics and step trace (trimmed to one video once the run
-# is finished), and the study's log. Hydra's .hydra/ and log, the lock and answers set aside stay out.
+# What git keeps of this study's runs (written by python -m infinipotv.results.compact; docs/runs.md, "A study's runs
+# are committed"): each run's config, provenance, predictions, metrics and step trace (trimmed to one video once the
+# run is finished), and the study's log. Hydra's .hydra/ and log, the lock and answers set aside stay out.
 """
-
-
-def _metrics(run_dir: Path) -> dict[str, Any] | None:
-    """The run's metrics.json as an object, or None (absent, unreadable: the run is not finished)."""
-    try:
-        value = json.loads((run_dir / METRICS).read_bytes())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def finished(run_dir: Path) -> bool:
-    """Whether the run's metrics.json holds its figures for every question it asks (written after the last)."""
-    metrics = _metrics(run_dir)
-    return metrics is not None and metrics.get("complete") is True and isinstance(metrics.get("question_ids"), list)
-
-
-def recorded_metrics(run_dir: Path, asked: Sequence[str]) -> dict[str, Any] | None:
-    """The metrics of a run that is finished for exactly the questions ``asked`` (and has its provenance), as
-    recorded; None otherwise. A finished run started again (the next sitting of its study) returns them untouched:
-    computed again they would lose what only the process that answered measured (time to first token), stamp the
-    provenance with today's code, and, from a compact run's trimmed trace, count one video's memory."""
-    metrics = _metrics(run_dir)
-    if metrics is None or not finished(run_dir) or not (run_dir / PROVENANCE).is_file():
-        return None
-    return metrics if [str(q) for q in metrics["question_ids"]] == list(asked) else None
-
-
-def check_restream(run_dir: Path, questions: Asked, retry_errors: bool) -> None:
-    """Refuse, in one line and before anything is touched, a compact run that would answer a question again: one
-    without an answer, an error record under ``retry_errors``, an answer the resume does not keep
-    (:func:`infinipotv.answers.answer_again`: its question changed since, a field the metrics cannot read). Its
-    metrics would be counted from a trace that holds one video."""
-    if not (run_dir / COMPACT).is_file():
-        return
-    records, _ = read_jsonl(run_dir / PREDICTIONS)
-    kept = {
-        str(r.get("question_id"))
-        for r in records
-        if str(r.get("question_id")) in questions
-        and not (retry_errors and r.get("error") is not None)
-        and answer_again(r, questions) is None
-    }
-    again = [qid for qid in questions if qid not in kept]
-    if again:
-        raise RunDirError(
-            f"{run_dir} is a compact run ({COMPACT}: its {MEMORY} trimmed to one video), so it cannot answer "
-            f"{len(again)} question(s) again ({', '.join(again[:3])}{', ...' if len(again) > 3 else ''}) and count "
-            f"its memory: rerun it whole in a new run directory (delete this one, or give another run_dir=)"
-        )
 
 
 def _video_steps(path: Path) -> tuple[list[bytes], list[Any], list[int]]:
@@ -126,8 +76,8 @@ class Trim:
 
     def apply(self) -> None:
         """The record first, then the trace: a kill between the two leaves a run marked compact whose trace is still
-        whole (a resume refuses to answer again, :func:`check_restream`; the next compaction finishes the trim),
-        never a trimmed trace without its record, which a resume would count from as if whole."""
+        whole (a resume refuses to answer again, :func:`infinipotv.data.answers.check_restream`; the next compaction
+        finishes the trim), never a trimmed trace without its record, which a resume would count from as if whole."""
         rewrite(self.run_dir / COMPACT, self.record)
         rewrite(self.run_dir / MEMORY, self.kept)
 
@@ -257,7 +207,7 @@ def study_name(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infinipotv.compact", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m infinipotv.results.compact", description=__doc__.split("\n\n")[0])
     parser.add_argument("study", help="the study's name: its runs are under RUNS/STUDY")
     parser.add_argument("--runs", default="results/runs", help="the folder that holds the studies' run folders")
     parser.add_argument("--limit-mib", type=float, default=LIMIT_MIB, help="the most the study may commit")

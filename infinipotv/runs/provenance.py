@@ -8,7 +8,7 @@ commas where they differ, so a run resumed at another commit or on a dirty tree 
 ``start`` is the first sitting's and ``end`` the last's, the others the last sitting's. A file written before
 sittings were recorded reads as its one sitting.
 
-``python -m infinipotv.provenance --short`` prints the commit as a study's log records it (``c5aed90`` or
+``python -m infinipotv.runs.provenance --short`` prints the commit as a study's log records it (``c5aed90`` or
 ``c5aed90-dirty``): the study scripts ask here rather than apply a rule of their own, so a sitting's log line and its
 runs' ``provenance.json`` cannot disagree on whether the code was dirty.
 """
@@ -25,8 +25,6 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from infinipotv.threads import available_cores
 
@@ -93,7 +91,10 @@ def now() -> str:
 
 def sitting(threads: int | str) -> dict[str, Any]:
     """This process's sitting, begun now: its code, packages, host and threads (``threads=`` as given, and torch's
-    as run.py set them)."""
+    as run.py set them). torch is imported here, where a job that has loaded it asks: the run directory's package,
+    and ``--short``, load without it."""
+    import torch
+
     sha, dirty = code_version()
     return {
         "git_sha": sha,
@@ -161,7 +162,7 @@ def provenance(seed: int, all_sittings: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infinipotv.provenance", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m infinipotv.runs.provenance", description=__doc__.split("\n")[0])
     parser.add_argument("--short", action="store_true", help="the abbreviated commit, as a study's log records it")
     print(git_sha(short=parser.parse_args(argv).short))
     return 0

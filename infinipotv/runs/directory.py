@@ -36,7 +36,8 @@ PREDICTIONS, METRICS, MEMORY, PROVENANCE, CONFIG = (
 )
 #: Lines of predictions.jsonl a resume cannot keep (a second answer, a foreign id, unreadable), moved here.
 REJECTED = "predictions.rejected.jsonl"
-#: What :mod:`infinipotv.compact` trimmed of a finished run committed with its study (its memory.jsonl to one video).
+#: What :mod:`infinipotv.results.compact` trimmed of a finished run committed with its study (its memory.jsonl to one
+#: video).
 COMPACT = "compact.json"
 LOCK = ".lock"
 #: Top-level config keys that say where and how a run is reported, not what it computes: a resume may change them.

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from infinipotv.rundir import CONFIG, LOCK, MEMORY, PREDICTIONS, RunDirError, is_blank, recorded_config
+from .directory import CONFIG, LOCK, MEMORY, PREDICTIONS, RunDirError, is_blank, recorded_config
 
 #: The sections every run's config.yaml holds (:class:`infinipotv.config.RunConfig`): a mapping without them is
 #: someone else's file.
@@ -114,7 +114,7 @@ def _hydra_record(entry: Path) -> bool:
 
 
 def _held(run_dir: Path) -> bool:
-    """Whether another process holds ``run_dir``'s directory lock (:func:`infinipotv.rundir.claim`). The probe is a
+    """Whether another process holds ``run_dir``'s directory lock (:func:`infinipotv.runs.claim`). The probe is a
     shared lock, released at once; where the file system has no directory locks it says no."""
     try:
         folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)

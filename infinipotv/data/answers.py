@@ -1,16 +1,18 @@
-"""What a run's answers say about it: a run whose every answer is an error holds no result (:func:`failure`), and an
-answer whose question was edited since no longer answers it (:func:`changed`). The job reads both; neither needs the
-model stack, so this module imports nothing heavy."""
+"""What a run's answers say about it: a run whose every answer is an error holds no result (:func:`failure`), an
+answer whose question was edited since no longer answers it (:func:`changed`), and a compact run cannot answer again
+(:func:`check_restream`). The job reads them; none needs the model stack, so this module imports nothing heavy."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from infinipotv.data.base import Question, VideoSample
 from infinipotv.data.rescore import why_not_a_prediction
+from infinipotv.runs import COMPACT, MEMORY, PREDICTIONS, RunDirError, read_jsonl
 
 
 class RunFailed(RuntimeError):
@@ -61,6 +63,30 @@ def answer_again(record: dict[str, Any], questions: Asked) -> str | None:
     read by, as the trace's steps are checked), or its question changed since (:func:`changed`)."""
     why = why_not_a_prediction(record, ("question_id", "video_id"))
     return why or changed(record, *questions[str(record["question_id"])])
+
+
+def check_restream(run_dir: Path, questions: Asked, retry_errors: bool) -> None:
+    """Refuse, in one line and before anything is touched, a compact run that would answer a question again: one
+    without an answer, an error record under ``retry_errors``, an answer the resume does not keep
+    (:func:`answer_again`: its question changed since, a field the metrics cannot read). Its
+    metrics would be counted from a trace that holds one video."""
+    if not (run_dir / COMPACT).is_file():
+        return
+    records, _ = read_jsonl(run_dir / PREDICTIONS)
+    kept = {
+        str(r.get("question_id"))
+        for r in records
+        if str(r.get("question_id")) in questions
+        and not (retry_errors and r.get("error") is not None)
+        and answer_again(r, questions) is None
+    }
+    again = [qid for qid in questions if qid not in kept]
+    if again:
+        raise RunDirError(
+            f"{run_dir} is a compact run ({COMPACT}: its {MEMORY} trimmed to one video), so it cannot answer "
+            f"{len(again)} question(s) again ({', '.join(again[:3])}{', ...' if len(again) > 3 else ''}) and count "
+            f"its memory: rerun it whole in a new run directory (delete this one, or give another run_dir=)"
+        )
 
 
 def _short(value: Any) -> str:
