@@ -65,10 +65,11 @@ SMOKE := tests/test_architecture.py tests/test_fast_refusals.py tests/test_regis
 smoke: install
 	$(PY) -m pytest -m "smoke or not slow" $(SMOKE) $(ARGS)
 
-# The hostile-input probes (tests/hostile, docs/runs.md "Hostile inputs") and the run guarantees they stand beside:
-# one OK/FAIL line per probe, then "probes: N passed, N failed".
+# The hostile-input probes (tests/hostile, docs/runs.md "Hostile inputs") and the run guarantees they stand beside
+# (every method x storage under a byte cap, issue 54 item 4, included): one OK/FAIL line per probe, then "probes: N
+# passed, N failed".
 probe: install
-	$(PY) -m pytest -q tests/hostile tests/test_run_invariants.py
+	$(PY) -m pytest -q tests/hostile tests/test_run_invariants.py tests/stream/test_byte_budget_every_method.py
 
 clean:
 	rm -rf $(VENV) $(LMMS_VENV) .pytest_cache
