@@ -273,11 +273,11 @@ def _paired_note(table: Table) -> list[str]:
     paired = [c for c in table.spec.columns if c.paired]
     if not paired or not table.baseline:
         return []
+    against = [] if all(c.versus for c in paired) else [f"Δ = the row minus {table.baseline}"]
     versus = [f"Δ {c.label} vs {c.versus} = the row's {c.label} minus its own {c.versus}" for c in paired if c.versus]
-    against = "" if all(c.versus for c in paired) else f"Δ = the row minus {table.baseline}; "
     return [
-        f"n = questions in the cell; {against}{'; '.join(versus) + '; ' if versus else ''}on the questions both "
-        f"answered, points, with its 95% bootstrap CI: a CI that excludes 0 is a significant difference."
+        f"n = questions in the cell; {'; '.join(against + versus)} on the questions both answered, points, with its "
+        f"95% bootstrap CI: a CI that excludes 0 is a significant difference."
     ]
 
 
