@@ -1,4 +1,4 @@
-"""The README's timings of the default run and docs/peers.md's memory figures are the ones results/perf's JSON holds
+"""docs/performance.md's timings of the default run and docs/peers.md's memory figures are the ones results/perf's JSON holds
 (written by ``bench.default_run``, ``bench.threads``, ``bench.peers_memory``): a re-measured file and the text cannot
 drift apart unnoticed."""
 
@@ -8,7 +8,7 @@ import json
 
 from tests.helpers import ROOT
 
-README = " ".join((ROOT / "README.md").read_text().split())
+PERFORMANCE = " ".join((ROOT / "docs" / "performance.md").read_text().split())
 PERF = ROOT / "results" / "perf"
 
 
@@ -17,7 +17,7 @@ def test_first_and_second_run() -> None:
     first, second = (data["runs"][name]["wall_seconds"] for name in ("first", "second"))
     sha = data["environment"]["git_sha"][:7]
     quoted = f"section 8: {first:.1f} s and {second:.1f} s on a 2-core x86-64 VM at {sha}"
-    assert quoted in README
+    assert quoted in PERFORMANCE
 
 
 def test_thread_counts() -> None:
@@ -25,7 +25,7 @@ def test_thread_counts() -> None:
     best = {name: f"{seconds:.1f} s" for name, seconds in data["best_wall_seconds"].items()}
     quoted = f"at commit {data['environment']['git_sha'][:7]} (clean), with warm caches (the second and later runs): "
     quoted += f"{best['auto']} with `threads=auto` (two threads there), {best['2']} at two threads, {best['1']} at one"
-    assert quoted in README
+    assert quoted in PERFORMANCE
 
 
 def test_peers_memory_in_mib() -> None:
