@@ -1,6 +1,6 @@
-"""docs/performance.md's timings of the default run and docs/peers.md's memory figures are the ones results/perf's JSON holds
-(written by ``bench.default_run``, ``bench.threads``, ``bench.peers_memory``): a re-measured file and the text cannot
-drift apart unnoticed."""
+"""docs/performance.md's timings of the default run and docs/peers.md's memory figures are the ones results/perf's
+JSON holds (written by ``bench.default_run``, ``bench.threads``, ``bench.peers_memory``): a re-measured file and the
+text cannot drift apart unnoticed."""
 
 from __future__ import annotations
 

@@ -97,14 +97,15 @@ def _plain(value: float, _: int) -> str:
     return f"{value:g}" if mantissa in ("1", "2", "5") else ""
 
 
-def _log_if_spans(ax: Axes, values: Sequence[float]) -> bool:
-    """A logarithmic x axis where the positive ``values`` span more than :data:`LOG_SPAN` (its ticks plain numbers);
-    whether it is one."""
+def _log_if_spans(ax: Axes, values: Sequence[float], axis: str = "x") -> bool:
+    """A logarithmic ``axis`` (``x`` or ``y``) where the positive ``values`` span more than :data:`LOG_SPAN` (its
+    ticks plain numbers); whether it is one."""
     positive = [v for v in values if v > 0]
     if positive and max(positive) > LOG_SPAN * min(positive):
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(_plain))
-        ax.xaxis.set_minor_formatter(FuncFormatter(_plain))
+        getattr(ax, f"set_{axis}scale")("log")
+        scale = getattr(ax, f"{axis}axis")
+        scale.set_major_formatter(FuncFormatter(_plain))
+        scale.set_minor_formatter(FuncFormatter(_plain))
         return True
     return False
 
@@ -134,17 +135,29 @@ def _tiny(frame: pd.DataFrame) -> bool:
 
 
 def plot_accuracy_vs_budget(frame: pd.DataFrame, benchmark: str, score: str) -> Figure:
-    """Score ``benchmark``/``score`` against ``budget_tokens`` for every method in the tidy ``frame``: one line per
-    method and storage over |M| (a colour per family, a marker per method, a line style per storage), its CI as a
-    bar (bands of many methods would cover each other). Runs whose budget was given in bytes
-    (``compress.budget_mib``) are hollow markers on a line of their own, never joined to the token-budget line and
-    not ticked on the axis: at equal bytes a low-bit cache holds more tokens, which is a different comparison. Runs
-    without a budget are dotted horizontals. Runs of random-weight models say so on the figure."""
+    """Score ``benchmark``/``score`` against ``budget_tokens`` for every method in the tidy ``frame``
+    (:func:`plot_vs_budget`, each run's CI as a bar)."""
     if frame.empty:
         raise ValueError("no runs to plot")
     data = frame[(frame["benchmark"] == benchmark) & (frame["score"] == score) & frame["value"].notna()]
     if data.empty:
         raise ValueError(f"no {benchmark}/{score} values (scores there: {sorted(frame['score'].unique())})")
+    return plot_vs_budget(data, accuracy_label(benchmark, score))
+
+
+def plot_vs_budget(data: pd.DataFrame, ylabel: str, log_y: bool = False) -> Figure:
+    """``value`` against ``budget_tokens``, one row of ``data`` a run (``policy``, ``kv``, optionally
+    ``ci_low``/``ci_high`` and ``compress.budget_mib``): one line per method and storage over |M| (a colour per
+    family, a marker per method, a line style per storage), joined in order of |M| (a cost such as the time to first
+    token drawn on the x axis instead zig-zags, as a method's runs are not ordered by it), its CI as a bar (bands of
+    many methods would cover each other). Runs whose budget was given in bytes (``compress.budget_mib``) are hollow
+    markers on a line of their own, never joined to the token-budget line and not ticked on the axis: at equal bytes
+    a low-bit cache holds more tokens, which is a different comparison. Runs without a budget are dotted horizontals.
+    With ``log_y`` (a cost, not a score) the y axis is logarithmic where the values span more than :data:`LOG_SPAN`.
+    Runs of random-weight models say so on the figure."""
+    data = data[data["value"].notna()]
+    if data.empty:
+        raise ValueError(f"no run has a value of {ylabel}")
     fig = Figure(figsize=(6.5, 3.6))
     ax = fig.subplots()
     tokens = data[data["compress.budget_mib"].isna()] if "compress.budget_mib" in data else data
@@ -184,8 +197,10 @@ def plot_accuracy_vs_budget(frame: pd.DataFrame, benchmark: str, score: str) -> 
         ax.xaxis.set_major_locator(FixedLocator(ticks))
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticklabels([_budget_label(b) for b in ticks])
+    if log_y:
+        _log_if_spans(ax, list(data["value"]), axis="y")
     ax.set_xlabel("|M| (tokens held per layer and KV head)")
-    ax.set_ylabel(accuracy_label(benchmark, score))
+    ax.set_ylabel(ylabel)
     _legend(ax, fig, _tiny(data))
     return fig
 

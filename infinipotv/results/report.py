@@ -29,6 +29,7 @@ from infinipotv.results.figures import (
     plot_accuracy_vs_metric,
     plot_memory_trace,
     plot_table_columns,
+    plot_vs_budget,
     save_figure,
 )
 from infinipotv.results.published import load_published
@@ -191,6 +192,10 @@ def _draw(
             fig = plot_accuracy_vs_budget(
                 _with_ci(frame, runs, figure.benchmark, figure.score), figure.benchmark, figure.score
             )
+        elif figure.kind == "metric_vs_budget":
+            fig = plot_vs_budget(
+                _metric_points(figure, frame, runs, notes), metric_label(str(figure.metric), figure.scale), log_y=True
+            )
         elif figure.kind == "accuracy_vs_metric":
             points = _points(figure, frame, runs, notes)
             fig = plot_accuracy_vs_metric(
@@ -212,6 +217,15 @@ def _points(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], notes:
     x = {run: metric_value(by_id[run], figure.metric, notes) for run in data["run"]}
     data["x"] = [None if x[run] is None else x[run] * figure.scale for run in data["run"]]
     return data
+
+
+def _metric_points(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], notes: list[str]) -> pd.DataFrame:
+    """One point per run of the figure's benchmark: its metric (times its scale) as ``value``, no CI."""
+    data = frame[frame["benchmark"] == figure.benchmark].drop_duplicates("run").drop(columns=["score"]).copy()
+    by_id = {r.id: r for r in runs}
+    values = {run: metric_value(by_id[run], str(figure.metric), notes) for run in data["run"]}
+    data["value"] = [None if values[run] is None else values[run] * figure.scale for run in data["run"]]
+    return data.drop(columns=[c for c in ("ci_low", "ci_high") if c in data])
 
 
 def _with_ci(frame: pd.DataFrame, runs: Sequence[Run], benchmark: str, score: str) -> pd.DataFrame:

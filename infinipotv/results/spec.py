@@ -48,6 +48,8 @@ Figures (``figures:`` beside ``tables:``; without it, chosen from the tables' co
       - {kind: accuracy_vs_metric, benchmark: mlvu, score: avg, metric: memory.peak_accelerator_bytes, scale: MiB}
                                  # accuracy against a metric (as a metric column's): one line per (policy, kv)
                                  # across its budgets, CI bars, the Pareto front as a grey band
+      - {kind: metric_vs_budget, benchmark: mlvu, metric: time.ttft_s.median}
+                                 # a cost against |M|: one line per (policy, kv) over |M| (log y if it spans 10x)
       - {kind: memory_trace, benchmark: mlvu}                        # KV bytes over frames streamed, per run
       - {kind: table, table: robustness}        # the table's score columns side by side, one line per row, CI bars
     # each takes `where: {...}` (as rows' `where`) to draw only the runs it matches, and `name` (its file stem under
@@ -151,7 +153,7 @@ class FigureSpec:
     benchmark: str | None = None
     score: str | None = None
     where: dict[str, Any] = field(default_factory=dict)  # only the runs matching these keys (as rows' `where`)
-    metric: str | None = None  # accuracy_vs_metric's x: a path into metrics.json (as a metric column's), times scale
+    metric: str | None = None  # accuracy_vs_metric's x, metric_vs_budget's y: a path into metrics.json, times scale
     scale: float = 1.0
     name: str | None = None  # the file stem under figures/ (None: from the kind, benchmark, score and metric)
     table: str | None = None  # kind table: the table whose score columns it draws
@@ -164,6 +166,8 @@ class FigureSpec:
             return f"table_{self.table}"
         if self.kind == "memory_trace":
             return f"memory_trace_{self.benchmark or 'all'}"
+        if self.kind == "metric_vs_budget":
+            return f"{str(self.metric).replace('.', '_')}_vs_budget_{self.benchmark}"
         x = "budget" if self.kind == "accuracy_vs_budget" else str(self.metric).replace(".", "_")
         return f"accuracy_vs_{x}_{self.benchmark}_{self.score}"
 
@@ -214,7 +218,7 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 
 SCALES = {"KiB": 2**-10, "MiB": 2**-20, "GiB": 2**-30, "ms": 1e3}  # named units of a metric's `scale` (bytes, s)
-FIGURE_KINDS = ("accuracy_vs_budget", "accuracy_vs_metric", "memory_trace", "table")
+FIGURE_KINDS = ("accuracy_vs_budget", "accuracy_vs_metric", "metric_vs_budget", "memory_trace", "table")
 COLUMN_KEYS = {
     "benchmark",
     "score",
@@ -419,10 +423,17 @@ def _figure(block: Mapping[str, Any], where: str) -> FigureSpec:
         raise SpecError(f"{where}: kind must be one of {', '.join(FIGURE_KINDS)}, got {kind!r}")
     if (kind == "table") != (block.get("table") is not None):
         raise SpecError(f"{where}: `table` (the name of a table of this experiment) goes with kind table")
-    if kind not in ("memory_trace", "table") and not (block.get("benchmark") and block.get("score")):
+    if kind.startswith("accuracy_vs_") and not (block.get("benchmark") and block.get("score")):
         raise SpecError(f"{where}: {kind} needs `benchmark` and `score`")
-    if (kind == "accuracy_vs_metric") != (block.get("metric") is not None):
-        raise SpecError(f"{where}: `metric` (the x axis, a path into metrics.json) goes with kind accuracy_vs_metric")
+    if kind == "metric_vs_budget" and not block.get("benchmark"):
+        raise SpecError(f"{where}: metric_vs_budget needs `benchmark` (whose runs it draws) and `metric`")
+    if kind == "metric_vs_budget" and block.get("score") is not None:
+        raise SpecError(f"{where}: metric_vs_budget draws `metric` (a path into metrics.json), not a `score`")
+    if (kind in ("accuracy_vs_metric", "metric_vs_budget")) != (block.get("metric") is not None):
+        raise SpecError(
+            f"{where}: `metric` (a path into metrics.json: accuracy_vs_metric's x axis, metric_vs_budget's y axis) "
+            "goes with those two kinds"
+        )
     metric = None if block.get("metric") is None else str(block["metric"])
     name = block.get("name")
     if name is not None:

@@ -175,7 +175,7 @@ def test_accuracy_vs_a_metric_figure_with_its_cis_and_a_note_for_a_run_without_i
 @pytest.mark.parametrize(
     ("figure", "needle"),
     [
-        ({"kind": "accuracy_vs_metric", "benchmark": "mlvu", "score": "avg"}, "`metric` (the x axis"),
+        ({"kind": "accuracy_vs_metric", "benchmark": "mlvu", "score": "avg"}, "`metric` (a path into metrics.json"),
         ({"kind": "accuracy_vs_budget", "benchmark": "mlvu", "score": "avg", "metric": "time.seconds"}, "`metric`"),
         ({"kind": "accuracy_vs_metric", "metric": "time.seconds"}, "needs `benchmark` and `score`"),
         ({"kind": "pareto", "benchmark": "mlvu", "score": "avg"}, "kind must be one of accuracy_vs_budget"),

@@ -22,6 +22,7 @@ from infinipotv.results.figures import (
     metric_label,
     plot_accuracy_vs_budget,
     plot_accuracy_vs_metric,
+    plot_vs_budget,
 )
 from infinipotv.results.methods import FAMILIES, method_style
 from infinipotv.results.spec import SpecError, parse_experiment
@@ -142,6 +143,38 @@ def test_one_colour_per_family_the_same_in_every_figure_and_a_marker_per_method_
     assert method_style("a_method_added_later").colour == method_style("another_one").colour  # grey until named
 
 
+def test_a_cost_against_the_budget_joins_each_methods_runs_in_order_of_budget() -> None:
+    """The time to first token drawn as accuracy's x axis zig-zags (a method's runs are not in the order of their
+    times); against |M| each method is one line in budget order, its equal-bytes runs apart, a log y where the
+    times span more than 10x."""
+    frame = _frame().assign(value=lambda f: f["ttft"]).drop(columns=["ci_low", "ci_high"])
+    frame.loc[(frame["policy"] == "rekv") & (frame["budget_tokens"] == 144), "value"] = 0.01  # out of order
+    fig = plot_vs_budget(frame, metric_label("time.ttft_s.median"), log_y=True)
+    ax = fig.axes[0]
+    lines = _lines(fig)
+    assert list(lines["ReKV FP16"].get_xdata()) == list(BUDGETS)  # in budget order whatever the times
+    assert list(lines["ReKV FP16"].get_ydata())[1] == 0.01
+    assert list(lines["InfiniPot-V INT4, equal bytes"].get_xdata()) == [330, 776]
+    assert "Full KV FP16 (no budget)" in lines
+    assert ax.get_ylabel() == "median time to first token (s)" and ax.get_yscale() == "log"  # 0.01 to 0.6 s
+    assert plot_vs_budget(frame.assign(value=lambda f: f["ttft"]), "s", log_y=True).axes[0].get_yscale() == "linear"
+    assert plot_accuracy_vs_budget(_frame(), "symbolic", "overall").axes[0].get_yscale() == "linear"  # 2 to 91%
+
+
+@pytest.mark.parametrize(
+    ("figure", "message"),
+    [
+        ({"kind": "metric_vs_budget", "benchmark": "mlvu"}, "`metric`"),
+        ({"kind": "metric_vs_budget", "metric": "time.ttft_s.median"}, "needs `benchmark`"),
+        ({"kind": "metric_vs_budget", "benchmark": "mlvu", "metric": "m", "score": "avg"}, "not a `score`"),
+    ],
+)
+def test_a_cost_against_the_budget_names_its_metric_and_benchmark(figure: dict, message: str) -> None:
+    table = {"name": "t", "columns": [{"benchmark": "mlvu", "score": "avg"}], "rows": {"by": ["policy"]}}
+    with pytest.raises(SpecError, match=message):
+        parse_experiment({"tables": [table], "figures": [figure]}, "x.yaml: table")
+
+
 @pytest.mark.parametrize(("top", "log"), [(20.0, False), (40.0, True)])
 def test_a_log_axis_only_where_the_data_spans_more_than_ten_times(top: float, log: bool) -> None:
     frame = _frame()
@@ -152,8 +185,27 @@ def test_a_log_axis_only_where_the_data_spans_more_than_ten_times(top: float, lo
     assert plot_accuracy_vs_budget(frame[frame["kv"] == "fp16"], "symbolic", "overall").axes[0].get_xscale() == "linear"
 
 
-def test_the_experiment_files_figures_are_drawn_from_run_directories(tmp_path: Path) -> None:
-    """cpu_peers.yaml's three figures (its `where` aside) over runs of four methods at two budgets."""
+@pytest.mark.parametrize(
+    ("experiment", "pngs"),
+    [
+        (
+            "cpu_peers",
+            [
+                "accuracy_vs_budget_mlvu_avg.png",
+                "accuracy_vs_memory_peak_accelerator_bytes_mlvu_avg.png",
+                "accuracy_vs_time_ttft_s_median_mlvu_avg.png",
+            ],
+        ),
+        (
+            "fair_peers",
+            ["accuracy_vs_memory_tuned.png", "accuracy_vs_memory_upstream.png", "ttft_vs_budget_upstream.png"],
+        ),
+    ],
+)
+def test_the_experiment_files_figures_are_drawn_from_run_directories(
+    tmp_path: Path, experiment: str, pngs: list[str]
+) -> None:
+    """An experiment file's figures (their `where` aside) over runs of four methods at two budgets."""
     runs = tmp_path / "runs"
     for i, policy in enumerate(("tar_van_pool", "van", "rekv", "swa")):
         for budget, key in ((6000, ("tar_van_pool", "fp16", 6000)), (12000, ("full", "fp16", None))):
@@ -164,10 +216,12 @@ def test_the_experiment_files_figures_are_drawn_from_run_directories(tmp_path: P
             metrics["memory"]["peak_accelerator_bytes"] = (budget / 1000 + i) * MIB
             metrics["time"]["ttft_s"] = {"median": 0.1 * (i + 1) * budget / 6000}
             (run_dir / METRICS).write_text(json.dumps(metrics))
-    spec = yaml.safe_load((Path(__file__).parents[2] / "experiments" / "cpu_peers.yaml").read_text())["table"]
+    spec = yaml.safe_load((Path(__file__).parents[2] / "experiments" / f"{experiment}.yaml").read_text())["table"]
     figures = [{k: v for k, v in f.items() if k != "where"} for f in spec["figures"]]
     for figure in figures:
-        figure["benchmark"], figure["score"] = "mlvu", "avg"
+        figure["benchmark"] = "mlvu"
+        if figure["kind"].startswith("accuracy_vs_"):
+            figure["score"] = "avg"
     table = {
         "name": "t",
         "columns": [{"benchmark": "mlvu", "score": "avg"}],
@@ -177,12 +231,7 @@ def test_the_experiment_files_figures_are_drawn_from_run_directories(tmp_path: P
     experiments.mkdir()
     (experiments / "readable.yaml").write_text(yaml.safe_dump({"table": {"tables": [table], "figures": figures}}))
     report = build_report("readable", runs, tmp_path / "out", experiments_dir=experiments, n_boot=100)
-    pngs = sorted(p.name for p in report.files if p.suffix == ".png")
-    assert pngs == [
-        "accuracy_vs_budget_mlvu_avg.png",
-        "accuracy_vs_memory_peak_accelerator_bytes_mlvu_avg.png",
-        "accuracy_vs_time_ttft_s_median_mlvu_avg.png",
-    ]
+    assert sorted(p.name for p in report.files if p.suffix == ".png") == pngs
     assert not [n for n in report.notes if n.startswith("figure")], report.notes
 
 

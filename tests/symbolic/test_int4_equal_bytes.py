@@ -1,4 +1,4 @@
-""""At equal bytes INT4 holds 330 tokens instead of 144" (README, docs/symbolic.md), from the factory's own byte
+""" "At equal bytes INT4 holds 330 tokens instead of 144" (README, docs/symbolic.md), from the factory's own byte
 accounting: 330 with the study's 32-token KIVI residual, 144 with ``quant=int4``'s default of 128, and the docs say
 which is which."""
 
