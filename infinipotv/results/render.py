@@ -275,9 +275,16 @@ def _paired_note(table: Table) -> list[str]:
         return []
     against = [] if all(c.versus for c in paired) else [f"Δ = the row minus {table.baseline}"]
     versus = [f"Δ {c.label} vs {c.versus} = the row's {c.label} minus its own {c.versus}" for c in paired if c.versus]
+    unpaired = list(dict.fromkeys(table.unpaired))
     return [
         f"n = questions in the cell; {'; '.join(against + versus)} on the questions both answered, points, with its "
         f"95% bootstrap CI: a CI that excludes 0 is a significant difference."
+        + (
+            f" No Δ for {', '.join(unpaired)}: asked other questions than {table.baseline} (a subset, or another "
+            "selection), so no pair of answers to compare."
+            if unpaired
+            else ""
+        )
     ]
 
 

@@ -74,6 +74,7 @@ class Table:
     models: list[str] = field(default_factory=list)  # the models of the runs the rows may draw on
     random_weights: bool = False  # some of those runs are tiny models (seeded random weights)
     taus: dict[int, tuple[float | None, int]] = field(default_factory=dict)  # column -> (tau vs spec.tau, rows)
+    unpaired: list[str] = field(default_factory=list)  # rows asked other questions than the baseline: no Δ
 
     @property
     def caption(self) -> str:
@@ -451,6 +452,7 @@ def add_stats(table: Table, baseline: str | None = None, n_boot: int = N_BOOT, s
                     f"{base.runs[key].id} were asked different questions "
                     f"({_selection_diff(run, base.runs[key])})"
                 )
+                table.unpaired.append(row.id)
                 continue
             indices = [
                 j for j, c in enumerate(table.spec.columns) if c.key == key and c.score is not None and c.versus is None

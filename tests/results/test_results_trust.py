@@ -130,6 +130,21 @@ def test_a_paired_statistic_needs_both_runs_asked_the_same_questions(sweep, tmp_
     int4 = cells[(cells.row == "int4")]
     assert int4[int4.benchmark == "videomme"]["diff"].isna().all()
     assert int4[int4.benchmark == "mlvu"]["diff"].notna().all()  # the same selection: compared
+    paired = tmp_path / "paired.yaml"  # a table that shows Δ says why a row has none, not only the terminal
+    columns = [
+        {"benchmark": b, "score": s, "label": b, "paired": True} for b, s in (("videomme", "Avg"), ("mlvu", "avg"))
+    ]
+    paired.write_text(
+        OmegaConf.to_yaml(
+            {
+                "experiment": "int4_vs_fp16",
+                "table": {"name": "paired", "baseline": "fp16", "columns": columns, "rows": {"by": ["kv"]}},
+            }
+        )
+    )
+    assert run_cli(sweep, tmp_path / "paired", experiment=str(paired)) == 0
+    md = " ".join((tmp_path / "paired" / "paired.md").read_text().split())
+    assert "No Δ for int4: asked other questions than fp16 (a subset, or another selection)" in md, md
 
 
 def test_no_matching_run_is_an_error_and_leaves_committed_outputs_untouched(sweep, tmp_path, capsys):
