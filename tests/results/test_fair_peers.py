@@ -32,30 +32,35 @@ METHODS = yaml.safe_load((ROOT / "experiments" / "fair_peers.yaml").read_text())
 ].split(",")
 
 
-def _lane_sweeps() -> dict[str, list[list[str]]]:
-    """Every `sweep` of each lane function, as bash expands it (a stand-in `tuned` picks c_ratio 0.25 for TUNED)."""
-    body = SCRIPT.read_text().split("\nphase=", 1)[0].replace("source experiments/study.sh", "")
-    lanes = {}
-    for lane in ("dev_a", "dev_b", "m144_a", "m144_b", "test_a", "test_b"):
-        script = (
+def _lane_sweeps(script: Path, end: str, lanes: tuple[str, ...]) -> dict[str, list[list[str]]]:
+    """Every `sweep` of each lane function of ``script`` (its text before ``end``, where it starts running), as bash
+    expands it (a stand-in `tuned` picks c_ratio 0.25 for TUNED and keeps every other method's default)."""
+    body = script.read_text().split(end, 1)[0].replace("source experiments/study.sh", "")
+    found = {}
+    for lane in lanes:
+        text = (
             f"{body}\nsweep() {{ printf '%q ' \"$@\"; echo; }}\n"
             f'tuned() {{ [ "$1" = {TUNED} ] && echo compress.c_ratio=0.25 || true; }}\n{lane}\n'
         )
-        out = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-        lanes[lane] = [shlex.split(line) for line in out.splitlines() if line.strip()]
-    return lanes
+        out = subprocess.run(["bash", "-c", text], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        found[lane] = [shlex.split(line) for line in out.splitlines() if line.strip()]
+    return found
 
 
-LANES = _lane_sweeps()
-SWEEPS = [(lane, command) for lane, commands in LANES.items() for command in commands]
+LANES = _lane_sweeps(SCRIPT, "\nphase=", ("dev_a", "dev_b", "m144_a", "m144_b", "test_a", "test_b"))
+ROBUSTNESS = _lane_sweeps(ROOT / "experiments" / "robustness.sh", "\nmain\n", ("lane_a", "lane_b"))
+SWEEPS = [("fair_peers", lane, command) for lane, commands in LANES.items() for command in commands]
+SWEEPS += [("robustness", lane, command) for lane, commands in ROBUSTNESS.items() for command in commands]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("lane", "command"), SWEEPS, ids=[f"{lane}: {' '.join(c)}" for lane, c in SWEEPS])
+@pytest.mark.parametrize(
+    ("experiment", "lane", "command"), SWEEPS, ids=[f"{e} {lane}: {' '.join(c)}" for e, lane, c in SWEEPS]
+)
 def test_every_sweep_composes_and_passes_the_sweep_check(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lane: str, command: list[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, experiment: str, lane: str, command: list[str]
 ) -> None:
-    jobs = _sweep("fair_peers", command, tmp_path, monkeypatch)
+    jobs = _sweep(experiment, command, tmp_path, monkeypatch)
     assert {j["eval.chunk_frames"] for j in jobs} == {1}
     assert {(j["benchmark.seed"], j["benchmark.options.n_videos"]) for j in jobs} <= {(2, 10), (0, 20), (1, 20)}
     if lane.startswith("dev"):
@@ -103,10 +108,49 @@ def test_the_m144_phase_runs_only_test_rows_at_144() -> None:
     assert all("('compress.budget', 144)" in j and "('benchmark.seed', 0)" in j for j in m144)
 
 
-def _expand(command: list[str]) -> list[dict]:
+def test_the_robustness_lanes_fill_every_row_once_on_every_setting() -> None:
+    """Each method at its upstream split, the tuned method again, the full cache and InfiniPot-V INT4 at equal bytes
+    on each of the three settings (the default column is the fair study's own runs); the INT4 field on the kind cue
+    (its own table, and rows of the main one beside the fair study's INT4 runs); nothing else reaches a table. And the rows the README's findings rest on run before any other on each lane."""
+    experiment = "robustness"
+    _, spec = load_experiment(ROOT / "experiments" / "robustness.yaml")
+    assert isinstance(spec.tables[0].rows, AutoRows)
+    methods = [m for m in spec.tables[0].rows.order["policy"] if m != "full"]
+    filled: Counter = Counter()
+    for lane in ("lane_a", "lane_b"):
+        for command in ROBUSTNESS[lane]:
+            for job in _expand(command, experiment):
+                for table in spec.tables:
+                    assert isinstance(table.rows, AutoRows)
+                    for column in table.columns:  # the score columns of this study's runs (not the default's)
+                        if column.score is None or column.where.get("experiment", experiment) != experiment:
+                            continue
+                        if matches(job, table.rows.where) and matches(job, column.where):
+                            filled[(table.name, column.label, job["policy"], job["label"], job["kv"])] += 1
+    want: Counter = Counter()
+    for setting in ("Kind cue", "Lengths 3/6", "Background"):
+        want.update({("robustness", setting, m, "upstream", "fp16"): 1 for m in methods})
+        want[("robustness", setting, TUNED, "tuned", "fp16")] = 1
+        want[("robustness", setting, "full", "upstream", "fp16")] = 1
+        want[("robustness", setting, "tar_van_pool", "upstream", "int4")] = 1
+    # the INT4 field's rows, beside the default column's INT4 runs of the fair study, as in its m144 table
+    int4 = [m for m in methods if m not in ("streamingtom", "tar_van_pool")]
+    want.update({("robustness", "Kind cue", m, "upstream", "int4"): 1 for m in int4})
+    want.update({("int4_cue", "FP16", m, "upstream", "fp16"): 1 for m in [*methods, "full"]})
+    want.update({("int4_cue", "INT4", m, "upstream", "int4"): 1 for m in methods if m != "streamingtom"})
+    assert dict(filled) == dict(want)
+    findings = {("tar_van_pool", "fp16"), ("tar_van_pool", "int4"), ("van", "fp16"), ("swa", "fp16")}
+    for lane in ("lane_a", "lane_b"):
+        jobs = [(j["policy"], j["kv"]) for c in ROBUSTNESS[lane] for j in _expand(c, experiment)]
+        first = [j in findings for j in jobs]
+        assert any(first) and first == sorted(first, reverse=True), lane  # the findings' rows, then the rest
+
+
+def _expand(command: list[str], experiment: str = "fair_peers") -> list[dict]:
     """A sweep line's jobs as the fields tables match on, without composing (the sweeper's crossing of the
-    experiment's params with the line's own, a comma list swept)."""
+    experiment's params with the line's own, a comma list swept; a bracketed value is one list)."""
     base = {
+        "experiment": experiment,
         "policy": None,
         "compress.budget": 144,
         "kv": "fp16",
@@ -121,7 +165,8 @@ def _expand(command: list[str]) -> list[dict]:
         swept[keys.get(key, key)] = value
     jobs = [{}]
     for key, values in swept.items():
-        jobs = [{**j, key: _value(v)} for j in jobs for v in values.split(",")]
+        items = [yaml.safe_load(values)] if values.startswith("[") else [_value(v) for v in values.split(",")]
+        jobs = [{**j, key: v} for j in jobs for v in items]
     return [{**base, **j} for j in jobs]
 
 
