@@ -12,6 +12,8 @@ span more than 10x.
 - accuracy vs a measurement (accelerator bytes, time to first token...): one line per method across its budgets,
   its points joined in order of the measurement, each with its 95% CI as a vertical bar; the Pareto front (no other
   run is both better and cheaper) as a wide grey band behind them.
+- arrows (``kind: arrows``): per method and |M|, an arrow from one run's score to its counterpart's (upstream
+  split to tuned), a panel per |M|.
 - a table's score columns side by side (``kind: table``): one line per row across the columns (the settings of the
   robustness study), with the cells' 95% CIs.
 - KV memory vs frames streamed: ``cache_bytes`` from ``memory.jsonl`` for one video, one line per run, which shows
@@ -330,6 +332,51 @@ def plot_table_columns(points: pd.DataFrame, ylabel: str) -> Figure:
     ax.set_xticks(range(len(columns)), columns)
     ax.set_ylabel(ylabel + ", 95% CI")
     _legend(ax, fig, False)
+    return fig
+
+
+def plot_arrows(pairs: pd.DataFrame, ylabel: str, start: str, end: str) -> Figure:
+    """What a change of setting did to each method: ``pairs`` has ``policy``, ``kv``, ``budget_tokens``, ``start``
+    and ``end`` (the two runs' scores, e.g. at the upstream split and tuned). A panel per |M| (shared y), a method a
+    column in the field's order, a hollow marker at ``start`` and an arrow to a filled one at ``end`` in the
+    method's colour; the legend says which end is which (``start`` and ``end`` in words)."""
+    pairs = pairs.dropna(subset=["start", "end"])
+    if pairs.empty:
+        raise ValueError(f"no method has both a {start} and a {end} run")
+    budgets = sorted(pairs["budget_tokens"].dropna().unique()) + ([None] if pairs["budget_tokens"].isna().any() else [])
+    methods = sorted(
+        {(str(p), str(kv)) for p, kv in zip(pairs["policy"], pairs["kv"])},
+        key=lambda m: (method_style(m[0]).order, m[1]),
+    )
+    storages = len({kv for _, kv in methods})
+    fig = Figure(figsize=(max(4.5, 1.6 + 0.45 * len(methods) * len(budgets)), 4.0), layout="constrained")
+    axes = fig.subplots(1, len(budgets), sharey=True, squeeze=False)[0]
+    for ax, budget in zip(axes, budgets):
+        shown = pairs[pairs["budget_tokens"].isna() if budget is None else pairs["budget_tokens"] == budget]
+        for x, (policy, kv) in enumerate(methods):
+            row = shown[(shown["policy"] == policy) & (shown["kv"] == kv)]
+            if row.empty:
+                continue
+            first, last, style = float(row["start"].iloc[0]), float(row["end"].iloc[0]), method_style(policy)
+            ax.annotate(
+                "",
+                xy=(x, last),
+                xytext=(x, first),
+                arrowprops={"arrowstyle": "-|>", "color": style.colour, "linewidth": 1.4, "shrinkA": 3, "shrinkB": 3},
+            )
+            ax.plot([x], [first], marker=style.marker, markerfacecolor="white", color=style.colour, linestyle="")
+            ax.plot([x], [last], marker=style.marker, color=style.colour, linestyle="")
+        names = [method_style(p).name + (f" {kv.upper()}" if storages > 1 else "") for p, kv in methods]
+        ax.set_xticks(range(len(methods)), names, rotation=45, ha="right", fontsize=7)
+        ax.set_xlim(-0.6, len(methods) - 0.4)
+        ax.set_title("no budget" if budget is None else f"|M| = {_budget_label(budget)}", fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].set_ylabel(ylabel)
+    axes[-1].plot([], [], marker="o", markerfacecolor="white", color="0.3", linestyle="", label=start)
+    axes[-1].plot([], [], marker="o", color="0.3", linestyle="", label=end)
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    if _tiny(pairs):
+        fig.suptitle(RANDOM_WEIGHTS.capitalize(), fontsize=8, color="firebrick")
     return fig
 
 

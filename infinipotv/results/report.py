@@ -27,6 +27,7 @@ from infinipotv.results.figures import (
     metric_label,
     plot_accuracy_vs_budget,
     plot_accuracy_vs_metric,
+    plot_arrows,
     plot_memory_trace,
     plot_table_columns,
     plot_vs_budget,
@@ -192,6 +193,13 @@ def _draw(
             fig = plot_accuracy_vs_budget(
                 _with_ci(frame, runs, figure.benchmark, figure.score), figure.benchmark, figure.score
             )
+        elif figure.kind == "arrows":
+            fig = plot_arrows(
+                _pairs(figure, frame, runs, notes),
+                accuracy_label(str(figure.benchmark), str(figure.score)),
+                _words(figure.start),
+                _words(figure.end),
+            )
         elif figure.kind == "metric_vs_budget":
             fig = plot_vs_budget(
                 _metric_points(figure, frame, runs, notes), metric_label(str(figure.metric), figure.scale), log_y=True
@@ -217,6 +225,45 @@ def _points(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], notes:
     x = {run: metric_value(by_id[run], figure.metric, notes) for run in data["run"]}
     data["x"] = [None if x[run] is None else x[run] * figure.scale for run in data["run"]]
     return data
+
+
+def _pairs(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], notes: list[str]) -> pd.DataFrame:
+    """The arrows' ends: per (method, storage, |M|), the score of the run matching ``from`` and of the one matching
+    ``to``; a method with several runs at one end is noted and drawn from none (which would it be?)."""
+    scores = frame[(frame["benchmark"] == figure.benchmark) & (frame["score"] == figure.score)]
+    value = dict(zip(scores["run"], scores["value"]))
+    ends: dict[tuple[str, str, Any], dict[str, list[float]]] = {}
+    for run in runs:
+        if run.id not in value:
+            continue
+        key = (str(run.fields["policy"]), str(run.fields["kv"]), run.fields["budget_tokens"])
+        for end, where in (("start", figure.start), ("end", figure.end)):
+            if matches(run.fields, where):
+                ends.setdefault(key, {"start": [], "end": []})[end].append(value[run.id])
+    rows = []
+    for (policy, kv, budget), found in ends.items():
+        if len(found["start"]) > 1 or len(found["end"]) > 1:
+            notes.append(f"figure {figure.stem()}: {policy} {kv} at {budget}: several runs at one end; not drawn")
+            continue
+        if found["start"] and found["end"]:
+            rows.append(
+                {
+                    "policy": policy,
+                    "kv": kv,
+                    "budget_tokens": budget,
+                    "start": found["start"][0],
+                    "end": found["end"][0],
+                }
+            )
+    return pd.DataFrame(rows, columns=["policy", "kv", "budget_tokens", "start", "end"])
+
+
+def _words(where: dict[str, Any]) -> str:
+    """An arrow end's runs in words for the legend: the value of a one-key end (``upstream``), else each key and
+    value (``label upstream, kv fp16``)."""
+    if len(where) == 1:
+        return str(next(iter(where.values())))
+    return ", ".join(f"{key} {value}" for key, value in where.items())
 
 
 def _metric_points(figure: FigureSpec, frame: pd.DataFrame, runs: Sequence[Run], notes: list[str]) -> pd.DataFrame:

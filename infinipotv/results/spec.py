@@ -48,6 +48,9 @@ Figures (``figures:`` beside ``tables:``; without it, chosen from the tables' co
       - {kind: accuracy_vs_metric, benchmark: mlvu, score: avg, metric: memory.peak_accelerator_bytes, scale: MiB}
                                  # accuracy against a metric (as a metric column's): one line per (policy, kv)
                                  # across its budgets, CI bars, the Pareto front as a grey band
+      - {kind: arrows, benchmark: mlvu, score: avg, from: {label: upstream}, to: {label: tuned}}
+                                 # per method and budget, an arrow from a run to its counterpart (the same method,
+                                 # storage and |M|): a panel per |M|, what tuning gained or lost at a glance
       - {kind: metric_vs_budget, benchmark: mlvu, metric: time.ttft_s.median}
                                  # a cost against |M|: one line per (policy, kv) over |M| (log y if it spans 10x)
       - {kind: memory_trace, benchmark: mlvu}                        # KV bytes over frames streamed, per run
@@ -157,6 +160,8 @@ class FigureSpec:
     scale: float = 1.0
     name: str | None = None  # the file stem under figures/ (None: from the kind, benchmark, score and metric)
     table: str | None = None  # kind table: the table whose score columns it draws
+    start: dict[str, Any] = field(default_factory=dict)  # kind arrows: the runs an arrow starts at (YAML `from`)
+    end: dict[str, Any] = field(default_factory=dict)  # kind arrows: the runs it points to (YAML `to`)
 
     def stem(self) -> str:
         """The file name (without suffix) the figure is written to."""
@@ -166,6 +171,8 @@ class FigureSpec:
             return f"table_{self.table}"
         if self.kind == "memory_trace":
             return f"memory_trace_{self.benchmark or 'all'}"
+        if self.kind == "arrows":
+            return f"arrows_{self.benchmark}_{self.score}"
         if self.kind == "metric_vs_budget":
             return f"{str(self.metric).replace('.', '_')}_vs_budget_{self.benchmark}"
         x = "budget" if self.kind == "accuracy_vs_budget" else str(self.metric).replace(".", "_")
@@ -218,7 +225,7 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 
 SCALES = {"KiB": 2**-10, "MiB": 2**-20, "GiB": 2**-30, "ms": 1e3}  # named units of a metric's `scale` (bytes, s)
-FIGURE_KINDS = ("accuracy_vs_budget", "accuracy_vs_metric", "metric_vs_budget", "memory_trace", "table")
+FIGURE_KINDS = ("accuracy_vs_budget", "accuracy_vs_metric", "metric_vs_budget", "arrows", "memory_trace", "table")
 COLUMN_KEYS = {
     "benchmark",
     "score",
@@ -417,13 +424,19 @@ def parse_experiment(block: Any, where: str = "table") -> ExperimentSpec:
 
 
 def _figure(block: Mapping[str, Any], where: str) -> FigureSpec:
-    _check_keys(block, {"kind", "benchmark", "score", "where", "metric", "scale", "name", "table"}, where)
+    _check_keys(block, {"kind", "benchmark", "score", "where", "metric", "scale", "name", "table", "from", "to"}, where)
     kind = str(_require(block, "kind", where))
     if kind not in FIGURE_KINDS:
         raise SpecError(f"{where}: kind must be one of {', '.join(FIGURE_KINDS)}, got {kind!r}")
     if (kind == "table") != (block.get("table") is not None):
         raise SpecError(f"{where}: `table` (the name of a table of this experiment) goes with kind table")
-    if kind.startswith("accuracy_vs_") and not (block.get("benchmark") and block.get("score")):
+    if (kind == "arrows") != (block.get("from") is not None or block.get("to") is not None):
+        raise SpecError(f"{where}: `from` and `to` (the runs an arrow joins, as rows' `where`) go with kind arrows")
+    if kind == "arrows":
+        for key in ("from", "to"):
+            if not block.get(key) or not isinstance(block[key], Mapping):
+                raise SpecError(f"{where}: arrows needs `{key}`, a mapping of run keys (e.g. {{label: upstream}})")
+    if (kind.startswith("accuracy_vs_") or kind == "arrows") and not (block.get("benchmark") and block.get("score")):
         raise SpecError(f"{where}: {kind} needs `benchmark` and `score`")
     if kind == "metric_vs_budget" and not block.get("benchmark"):
         raise SpecError(f"{where}: metric_vs_budget needs `benchmark` (whose runs it draws) and `metric`")
@@ -447,4 +460,6 @@ def _figure(block: Mapping[str, Any], where: str) -> FigureSpec:
         _scale(block, where),
         None if name is None else str(name),
         None if block.get("table") is None else str(block["table"]),
+        dict(block.get("from") or {}),
+        dict(block.get("to") or {}),
     )

@@ -22,6 +22,7 @@ from infinipotv.results.figures import (
     metric_label,
     plot_accuracy_vs_budget,
     plot_accuracy_vs_metric,
+    plot_arrows,
     plot_vs_budget,
 )
 from infinipotv.results.methods import FAMILIES, method_style
@@ -161,9 +162,63 @@ def test_a_cost_against_the_budget_joins_each_methods_runs_in_order_of_budget() 
     assert plot_accuracy_vs_budget(_frame(), "symbolic", "overall").axes[0].get_yscale() == "linear"  # 2 to 91%
 
 
+def test_tuned_against_upstream_as_arrows_a_panel_per_budget() -> None:
+    """An arrow per method from its upstream score to its tuned one, a panel per |M|, methods in the field's order:
+    what tuning gained (pointing up) or lost (down) reads without a table."""
+    pairs = pd.DataFrame(
+        [
+            {"policy": "rekv", "kv": "fp16", "budget_tokens": 144, "start": 34.0, "end": 41.0},
+            {"policy": "weavetime", "kv": "fp16", "budget_tokens": 144, "start": 33.5, "end": 54.0},
+            {"policy": "swa", "kv": "fp16", "budget_tokens": 144, "start": 3.5, "end": 3.0},
+            {"policy": "rekv", "kv": "fp16", "budget_tokens": 288, "start": 45.0, "end": 44.0},
+        ]
+    )
+    fig = plot_arrows(pairs, "symbolic accuracy (%)", "label upstream", "label tuned")
+    assert [ax.get_title() for ax in fig.axes] == ["|M| = 144", "|M| = 288"]
+    first = fig.axes[0]
+    assert [t.get_text() for t in first.get_xticklabels()] == ["ReKV", "WeaveTime", "Sliding window"]
+    arrows = [a for a in first.get_children() if type(a).__name__ == "Annotation"]
+    ends = sorted((a.xyann[1], a.xy[1]) for a in arrows)  # (from, to) of each arrow
+    assert ends == [(3.5, 3.0), (33.5, 54.0), (34.0, 41.0)]
+    assert {c: method_style(p).colour for c, p in ((0, "rekv"), (1, "weavetime"))}[0] == method_style("rekv").colour
+    legend = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    assert legend == ["label upstream", "label tuned"]
+    with pytest.raises(ValueError, match="no method has both"):
+        plot_arrows(pairs.assign(end=None), "y", "a", "b")
+
+
+def test_arrows_are_drawn_from_run_directories_pairing_method_storage_and_budget(tmp_path: Path) -> None:
+    """fair_peers.yaml's arrows over runs labelled upstream and tuned: one arrow per method that has both."""
+    runs = tmp_path / "runs"
+    for i, (policy, label) in enumerate((("rekv", "upstream"), ("rekv", "tuned"), ("van", "upstream"))):
+        config = {**run_config("mlvu", policy, "fp16", 6000, "arrows"), "label": label}
+        key = ("tar_van_pool", "fp16", 6000) if i != 1 else ("full", "fp16", None)  # tuned: other answers
+        write_run(
+            runs / f"{policy}_{label}",
+            config,
+            _mlvu_records(MLVU_CORRECT[key], seed=i),
+            memory_trace(policy, "fp16", 6000),
+        )
+    fair = yaml.safe_load((Path(__file__).parents[2] / "experiments" / "fair_peers.yaml").read_text())["table"]
+    arrows = [{**f, "benchmark": "mlvu", "score": "avg"} for f in fair["figures"] if f["kind"] == "arrows"]
+    assert len(arrows) == 1 and arrows[0]["from"] == {"label": "upstream"} and arrows[0]["to"] == {"label": "tuned"}
+    arrows[0].pop("where")
+    table = {"name": "t", "columns": [{"benchmark": "mlvu", "score": "avg"}], "rows": {"by": ["policy", "label"]}}
+    experiments = tmp_path / "experiments"
+    experiments.mkdir()
+    (experiments / "arrows.yaml").write_text(yaml.safe_dump({"table": {"tables": [table], "figures": arrows}}))
+    report = build_report("arrows", runs, tmp_path / "out", experiments_dir=experiments, n_boot=100)
+    assert [p.name for p in report.files if p.suffix == ".png"] == [f"{arrows[0]['name']}.png"]
+    assert not [n for n in report.notes if n.startswith("figure")], report.notes
+
+
 @pytest.mark.parametrize(
     ("figure", "message"),
     [
+        ({"kind": "arrows", "benchmark": "mlvu", "score": "avg", "from": {"label": "upstream"}}, "needs `to`"),
+        ({"kind": "arrows", "benchmark": "mlvu", "score": "avg", "from": "upstream", "to": {"a": 1}}, "needs `from`"),
+        ({"kind": "arrows", "from": {"label": "a"}, "to": {"label": "b"}}, "needs `benchmark` and `score`"),
+        ({"kind": "accuracy_vs_budget", "benchmark": "m", "score": "a", "to": {"label": "b"}}, "go with kind arrows"),
         ({"kind": "metric_vs_budget", "benchmark": "mlvu"}, "`metric`"),
         ({"kind": "metric_vs_budget", "metric": "time.ttft_s.median"}, "needs `benchmark`"),
         ({"kind": "metric_vs_budget", "benchmark": "mlvu", "metric": "m", "score": "avg"}, "not a `score`"),
@@ -198,7 +253,7 @@ def test_a_log_axis_only_where_the_data_spans_more_than_ten_times(top: float, lo
         ),
         (
             "fair_peers",
-            ["accuracy_vs_memory_tuned.png", "accuracy_vs_memory_upstream.png", "ttft_vs_budget_upstream.png"],
+            ["accuracy_vs_memory_upstream.png", "ttft_vs_budget_upstream.png"],
         ),
     ],
 )
@@ -217,7 +272,7 @@ def test_the_experiment_files_figures_are_drawn_from_run_directories(
             metrics["time"]["ttft_s"] = {"median": 0.1 * (i + 1) * budget / 6000}
             (run_dir / METRICS).write_text(json.dumps(metrics))
     spec = yaml.safe_load((Path(__file__).parents[2] / "experiments" / f"{experiment}.yaml").read_text())["table"]
-    figures = [{k: v for k, v in f.items() if k != "where"} for f in spec["figures"]]
+    figures = [{k: v for k, v in f.items() if k != "where"} for f in spec["figures"] if f["kind"] != "arrows"]
     for figure in figures:
         figure["benchmark"] = "mlvu"
         if figure["kind"].startswith("accuracy_vs_"):
