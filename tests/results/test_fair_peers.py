@@ -111,7 +111,8 @@ def test_the_m144_phase_runs_only_test_rows_at_144() -> None:
 def test_the_robustness_lanes_fill_every_row_once_on_every_setting() -> None:
     """Each method at its upstream split, the tuned method again, the full cache and InfiniPot-V INT4 at equal bytes
     on each of the three settings (the default column is the fair study's own runs); the INT4 field on the kind cue
-    (its own table, and rows of the main one beside the fair study's INT4 runs); nothing else reaches a table. And the rows the README's findings rest on run before any other on each lane."""
+    (its own table, and rows of the main one beside the fair study's INT4 runs); nothing else reaches a table. And
+    the rows the README's findings rest on run before any other on each lane."""
     experiment = "robustness"
     _, spec = load_experiment(ROOT / "experiments" / "robustness.yaml")
     assert isinstance(spec.tables[0].rows, AutoRows)
