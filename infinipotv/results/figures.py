@@ -57,12 +57,14 @@ SCORE_TOTALS = ("overall", "avg", "accuracy")  # a benchmark's whole score: its 
 
 
 def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
-    """``stem.png`` (200 dpi) and ``stem.pdf``."""
+    """``stem.png`` (200 dpi) and ``stem.pdf``, each the same bytes whenever the figure is: the PDF without its
+    creation date, so a re-rendered study changes no file its runs did not change."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     for path in paths:
-        fig.savefig(path, dpi=200, bbox_inches="tight")
+        metadata = {"CreationDate": None} if path.suffix == ".pdf" else None
+        fig.savefig(path, dpi=200, bbox_inches="tight", metadata=metadata)
     return paths
 
 

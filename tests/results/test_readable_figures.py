@@ -24,6 +24,7 @@ from infinipotv.results.figures import (
     plot_accuracy_vs_metric,
     plot_arrows,
     plot_vs_budget,
+    save_figure,
 )
 from infinipotv.results.methods import FAMILIES, method_style
 from infinipotv.results.spec import SpecError, parse_experiment
@@ -160,6 +161,15 @@ def test_a_cost_against_the_budget_joins_each_methods_runs_in_order_of_budget() 
     assert ax.get_ylabel() == "median time to first token (s)" and ax.get_yscale() == "log"  # 0.01 to 0.6 s
     assert plot_vs_budget(frame.assign(value=lambda f: f["ttft"]), "s", log_y=True).axes[0].get_yscale() == "linear"
     assert plot_accuracy_vs_budget(_frame(), "symbolic", "overall").axes[0].get_yscale() == "linear"  # 2 to 91%
+
+
+def test_a_figure_drawn_twice_is_the_same_bytes(tmp_path: Path) -> None:
+    """A re-rendered study changes no figure file its runs did not change: the PDF carries no creation date."""
+    first = save_figure(plot_accuracy_vs_budget(_frame(), "symbolic", "overall"), tmp_path / "a")
+    second = save_figure(plot_accuracy_vs_budget(_frame(), "symbolic", "overall"), tmp_path / "b")
+    assert [p.suffix for p in first] == [".png", ".pdf"]
+    assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
+    assert b"/CreationDate" not in first[1].read_bytes()  # the same second would hide a date: look for none
 
 
 def test_tuned_against_upstream_as_arrows_a_panel_per_budget() -> None:
