@@ -1,7 +1,7 @@
 """The README's headline table and the differences its findings quote are the committed tables' own cells
-(results/fair_peers/m144.csv, seed1_m144.csv, results/robustness/robustness.csv, all written by
-``python -m infinipotv.results``): a re-rendered study and the first page cannot drift apart unnoticed, and no number
-there is typed in by hand."""
+(results/fair_peers/m144.csv, seed1_m144.csv, int4_field.csv, results/robustness/robustness.csv, int4_cue.csv, all
+written by ``python -m infinipotv.results``): a re-rendered study and the first page cannot drift apart unnoticed,
+and no number there is typed in by hand."""
 
 from __future__ import annotations
 
@@ -79,16 +79,20 @@ def test_every_quoted_difference_is_its_tables(table: str, row: str, column: str
 
 
 def test_no_difference_in_the_findings_is_unaccounted_for() -> None:
-    """Every ``±x [±a, ±b]`` the findings paragraph quotes is one of the cells the test above checks, or a cell of
-    the robustness table: a new number in the README needs its cell named here."""
+    """Every ``±x [±a, ±b]`` the findings paragraphs quote is one of the cells the test above checks, or a cell of
+    the robustness table or of an INT4 field table: a new number in the README needs its cell named here."""
     findings = " ".join(README.split("What holds on", 1)[1].split("\n## ", 1)[0].split())
     quoted = re.findall(r"[+-]\d+\.\d \[[+-]\d+\.\d, [+-]\d+\.\d\]", findings)
     known = {
         _delta(c)
-        for t in ("m144", "seed1_m144")
-        for c in _cells(ROOT / "results" / "fair_peers" / f"{t}.csv").values()
+        for table in (
+            "fair_peers/m144",
+            "fair_peers/seed1_m144",
+            "fair_peers/int4_field",
+            "robustness/robustness",
+            "robustness/int4_cue",
+        )
+        for c in _cells(ROOT / "results" / f"{table}.csv").values()
         if c["diff"]
     }
-    robustness = ROOT / "results" / "robustness" / "robustness.csv"
-    known |= {_delta(c) for c in _cells(robustness).values() if c["diff"]}
     assert quoted and not [q for q in quoted if q not in known]
