@@ -18,6 +18,10 @@ README = (ROOT / "README.md").read_text()
 ROWS = {
     "Full cache": "full/upstream/fp16",
     "InfiniPot-V INT4 at equal bytes": "tar_van_pool/upstream/int4",
+    "WeaveTime, gate at threshold 0 (tuned)": "weavetime/tuned/fp16",
+    "StreamKV, c_ratio 0.25 (tuned)": "streamkv/tuned/fp16",
+    "StreamingTOM, retain 6 (tuned) (§, ¶)": "streamingtom/tuned/fp16",
+    "LiveVLM, c_ratio 0.25 (tuned)": "livevlm/tuned/fp16",
     "VaN": "van/upstream/fp16",
     "MuKV": "mukv/upstream/fp16",
     "ReKV": "rekv/upstream/fp16",
