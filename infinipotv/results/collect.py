@@ -110,9 +110,14 @@ class Run:
     def over_budget(self) -> bool:
         """Its measured accelerator peak exceeds its budget's bytes: it held more than the equal memory it is compared
         at (marked in tables, off the Pareto front)."""
+        return self.exceeds(self.metrics.get("budget_bytes"))
+
+    def exceeds(self, budget_bytes: Any) -> bool:
+        """Its measured accelerator peak exceeds ``budget_bytes``: its own budget's (:attr:`over_budget`), or the
+        bytes a table holds every row to (``TableSpec.budget_mib``), which differ for a row whose |M| was chosen to
+        fit another budget's bytes (StreamingTOM's equal-bytes row). No peak or no budget: not over."""
         peak = (self.metrics.get("memory") or {}).get("peak_accelerator_bytes")
-        budget = self.metrics.get("budget_bytes")
-        return _number(peak) and _number(budget) and peak > budget
+        return _number(peak) and _number(budget_bytes) and peak > budget_bytes
 
     @cached_property
     def never_evicts(self) -> bool:

@@ -1,8 +1,9 @@
 """A built :class:`~infinipotv.results.tables.Table` as markdown or LaTeX (booktabs), with footnotes.
 
 Marks: bold = best among comparable rows; † = published reference row; ‡ = from a partial run (a benchmark subset or
-an incomplete run); – = no value; on a row's name, § = its accelerator peak exceeds the budget's bytes and ¶ = it never
-evicted (:attr:`~infinipotv.results.collect.Run.over_budget`, :attr:`~infinipotv.results.collect.Run.never_evicts`).
+an incomplete run); – = no value; on a row's name, § = its accelerator peak exceeds the budget's bytes (the table's
+``budget_mib`` where it sets one) and ¶ = it never evicted (:attr:`~infinipotv.results.collect.Run.over_budget`,
+:attr:`~infinipotv.results.collect.Run.never_evicts`).
 ``show_n`` adds each cell's question count; ``show_stats`` adds a second table of paired differences against the
 baseline row. A column marked ``paired`` is followed by two more in the main table: its question count and its paired
 difference against the baseline row with the 95% CI. A table with ``tau`` ends with a line of Kendall's tau-b.
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
+from infinipotv.results.collect import Run
 from infinipotv.results.spec import ColumnSpec
 from infinipotv.results.tables import CHOICE_RULE, Cell, Row, Table
 
@@ -145,6 +147,15 @@ def _signed(value: float, decimals: int) -> str:
     return f"{round(value, decimals) + 0.0:+.{decimals}f}"  # + 0.0: no "-0.0" for a tie
 
 
+def _over(table: Table, run: Run) -> bool:
+    """The § mark: the run's accelerator peak exceeds the bytes the table compares its rows at (its own budget's
+    bytes unless the table sets ``budget_mib``). A run with no budget of its own (the full cache) is the reference,
+    not a row held to the table's bytes."""
+    if table.spec.budget_bytes is None or run.metrics.get("budget_bytes") is None:
+        return run.over_budget
+    return run.exceeds(table.spec.budget_bytes)
+
+
 def _notes(table: Table, stats_shown: bool) -> list[str]:
     cells = [c for r in table.rows for c in r.cells]
     notes = []
@@ -154,7 +165,7 @@ def _notes(table: Table, stats_shown: bool) -> list[str]:
     if any(c.partial for c in cells):
         notes.append(f"{DDAGGER} From a partial run (a subset of the benchmark, or incomplete): compare with care.")
     runs = [run for r in table.rows for run in r.runs.values()]
-    if any(run.over_budget for run in runs):
+    if any(_over(table, run) for run in runs):
         notes.append(
             f"{OVER_BUDGET} Its measured accelerator peak exceeds the budget's bytes: it was not held to the memory "
             f"it is compared at (off the Pareto front)."
@@ -221,12 +232,12 @@ class _Format:
         text = f"{_signed(s.diff, d)} [{_signed(s.ci_low, d)}, {_signed(s.ci_high, d)}]"
         return [n, f"${text}$" if self.latex else text]
 
-    def stub(self, row: Row) -> list[str]:
+    def stub(self, row: Row, table: Table) -> list[str]:
         cells = [self.text(s) for s in row.stub]
         if row.published:
             cells[0] += self.text(DAGGER)
         runs = row.runs.values()
-        marks = OVER_BUDGET * any(r.over_budget for r in runs) + NEVER_EVICTS * any(r.never_evicts for r in runs)
+        marks = OVER_BUDGET * any(_over(table, r) for r in runs) + NEVER_EVICTS * any(r.never_evicts for r in runs)
         cells[0] += self.text(marks)
         return cells
 
@@ -234,10 +245,10 @@ class _Format:
 def _grid(table: Table, fmt: _Format, show_n: bool, stats: bool) -> list[list[str]]:
     if stats:
         rows = [r for r in table.rows if not r.published and r.id != table.baseline]
-        return [fmt.stub(r) + [fmt.stat(c, col) for c, col in zip(r.cells, table.spec.columns)] for r in rows]
+        return [fmt.stub(r, table) + [fmt.stat(c, col) for c, col in zip(r.cells, table.spec.columns)] for r in rows]
     grid = []
     for row in table.rows:
-        line = fmt.stub(row)
+        line = fmt.stub(row, table)
         for cell, column in zip(row.cells, table.spec.columns):
             line.append(fmt.cell(cell, column, show_n))
             if column.paired:

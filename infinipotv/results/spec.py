@@ -31,6 +31,9 @@ Shape (YAML, inside ``experiments/NAME.yaml``)::
       baseline: fp16             # row id the paired statistics compare against (default: the first run row)
       tau: All                   # a last line: Kendall's tau-b of each other score column's ranking of the rows
                                  # against this column's (the rows `bold` compares, both cells present)
+      budget_mib: 13.0326        # the bytes every row is compared at: a row whose accelerator peak exceeds them is
+                                 # marked § (default: each run's own budget's bytes; set it where a row's |M| was
+                                 # chosen to fit the table's bytes, as an equal-bytes row)
       notes: [...]
     # a generated table instead: {name: bytes_per_token, source: "infinipotv.kv.bytes_table:bytes_table"}
     # (the function returns a DataFrame, or markdown text: a pipe table, then lines that become its notes)
@@ -148,6 +151,12 @@ class TableSpec:
     notes: tuple[str, ...] = ()
     source: str | None = None  # "module:function" producing the table (a DataFrame) instead of runs
     tau: str | None = None  # label of the score column whose ranking of the rows every other one is compared to
+    budget_mib: float | None = None  # the bytes every row is compared at (None: each run's own budget's bytes)
+
+    @property
+    def budget_bytes(self) -> float | None:
+        """``budget_mib`` in bytes: what a row's accelerator peak is held to for its § mark (None: its own)."""
+        return None if self.budget_mib is None else self.budget_mib / SCALES["MiB"]
 
 
 @dataclass(frozen=True)
@@ -337,7 +346,19 @@ def parse_table(block: Mapping[str, Any], where: str = "table") -> TableSpec:
             raise SpecError(f"{where}: source must be 'module:function', got {block['source']!r}")
         notes = _strings(block.get("notes") or ())
         return TableSpec(name, str(block.get("caption", "")), source=str(block["source"]), notes=notes)
-    allowed = {"name", "caption", "stub", "columns", "rows", "reference", "bold", "baseline", "notes", "tau"}
+    allowed = {
+        "name",
+        "caption",
+        "stub",
+        "columns",
+        "rows",
+        "reference",
+        "bold",
+        "baseline",
+        "notes",
+        "tau",
+        "budget_mib",
+    }
     _check_keys(block, allowed, where)
     stub = _strings(block.get("stub") or ["Method"])
     given = _items(_require(block, "columns", where), f"{where}.columns")
@@ -373,6 +394,14 @@ def parse_table(block: Mapping[str, Any], where: str = "table") -> TableSpec:
     scores = [c.label for c in columns if c.score is not None]
     if tau is not None and str(tau) not in scores:
         raise SpecError(f"{where}: tau must be the label of a score column ({', '.join(scores)}), got {tau!r}")
+    budget_mib = block.get("budget_mib")
+    if budget_mib is not None and (
+        not isinstance(budget_mib, (int, float)) or isinstance(budget_mib, bool) or budget_mib <= 0
+    ):
+        raise SpecError(
+            f"{where}: budget_mib must be a positive number of MiB (the bytes every row is compared at), "
+            f"got {budget_mib!r}"
+        )
     return TableSpec(
         name=name,
         caption=str(block.get("caption", "")),
@@ -385,6 +414,7 @@ def parse_table(block: Mapping[str, Any], where: str = "table") -> TableSpec:
         baseline=None if block.get("baseline") is None else str(block["baseline"]),
         notes=_strings(block.get("notes") or ()),
         tau=None if tau is None else str(tau),
+        budget_mib=None if budget_mib is None else float(budget_mib),
     )
 
 

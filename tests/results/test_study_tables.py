@@ -6,6 +6,7 @@ benchmark option existed read at the option's default."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,6 +20,7 @@ from infinipotv.results.collect import _with_option_defaults, load_runs
 from infinipotv.results.example import _records, memory_trace, run_config, write_run
 from infinipotv.results.figures import pareto_front
 from infinipotv.results.report import build_report
+from infinipotv.results.spec import SpecError
 from infinipotv.results.stats import kendall_tau_b
 
 N = dict.fromkeys(MLVU_TASKS, 20)  # 140 questions a run
@@ -129,6 +131,46 @@ def test_rows_over_their_budgets_bytes_or_never_evicting_are_marked_and_off_the_
     assert held.never_evicts and not held.over_budget and not run.over_budget
     points = pd.DataFrame({"x": [1.0, 2.0, 3.0], "value": [50.0, 90.0, 70.0], "over_budget": [False, True, False]})
     assert pareto_front(points)["x"].tolist() == [1.0, 3.0]
+
+
+def test_a_tables_budget_mib_holds_every_row_to_its_bytes(tmp_path: Path) -> None:
+    """An equal-bytes row (its |M| chosen so that its peak fits another budget's bytes, as StreamingTOM's) is marked §
+    against the table's ``budget_mib``, not its own |M|'s bytes; without ``budget_mib`` each run's own budget holds;
+    a run with no budget (the full cache) is the reference and never held to the table's bytes."""
+    runs = tmp_path / "results" / "runs"
+    for seed, policy in enumerate(("tar_van_pool", "rekv")):
+        _write(runs, "field", "field", policy, "a", seed)
+    path = runs / "field" / "rekv_a_fp16" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    own = metrics["budget_bytes"]
+    metrics["memory"]["peak_accelerator_bytes"] = own + 1024  # over its own budget's bytes by 1 KiB
+    path.write_text(json.dumps(metrics))
+    reference = runs / "field" / "tar_van_pool_a_fp16" / "metrics.json"  # no budget of its own: the full cache
+    full = json.loads(reference.read_text())
+    full["budget_bytes"], full["memory"]["peak_accelerator_bytes"] = None, 100 * own
+    reference.write_text(json.dumps(full))
+    for i, (budget_mib, marked) in enumerate(((None, True), ((own + 2048) / 2**20, False), (own / 2**20, True))):
+        experiment = tmp_path / f"field{i}.yaml"
+        experiment.write_text(
+            "experiment: field\ntable:\n  name: field\n  columns:\n"
+            "    - {benchmark: mlvu, score: micro, label: All}\n"
+            "  rows: {by: [policy]}\n" + ("" if budget_mib is None else f"  budget_mib: {budget_mib!r}\n")
+        )
+        build_report(experiment, runs_dir=runs, out_dir=tmp_path / f"out{i}")
+        text = (tmp_path / f"out{i}" / "field.md").read_text()
+        assert ("| rekv§ |" in text) == marked, (budget_mib, text)
+        assert "| tar_van_pool |" in text
+
+
+@pytest.mark.parametrize("value", [0, -1.5, "13 MiB", True])
+def test_a_tables_budget_mib_must_be_a_positive_number(tmp_path: Path, value: object) -> None:
+    experiment = tmp_path / "field.yaml"
+    experiment.write_text(
+        "experiment: field\ntable:\n  name: field\n  columns:\n    - {benchmark: mlvu, score: micro, label: All}\n"
+        f"  rows: {{by: [policy]}}\n  budget_mib: {json.dumps(value)}\n"
+    )
+    with pytest.raises(SpecError, match="budget_mib must be a positive number"):
+        build_report(experiment, runs_dir=tmp_path, out_dir=tmp_path / "out")
 
 
 def test_kendall_tau_b_counts_ties() -> None:
