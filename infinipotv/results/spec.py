@@ -251,11 +251,16 @@ COLUMN_KEYS = {
 }
 
 
+def _positive(value: Any) -> bool:
+    """A finite number > 0 (YAML's true/false are not numbers here)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < math.inf
+
+
 def _scale(block: Mapping[str, Any], where: str) -> float:
     """A metric's ``scale``: a number > 0 or a named unit (SCALES); 1 when not given."""
     scale = block.get("scale", 1.0)
     scale = SCALES.get(scale, scale) if isinstance(scale, str) else scale
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+    if not _positive(scale):
         raise SpecError(f"{where}: scale must be a number > 0 or one of {sorted(SCALES)}, got {block['scale']!r}")
     return float(scale)
 
@@ -395,9 +400,7 @@ def parse_table(block: Mapping[str, Any], where: str = "table") -> TableSpec:
     if tau is not None and str(tau) not in scores:
         raise SpecError(f"{where}: tau must be the label of a score column ({', '.join(scores)}), got {tau!r}")
     budget_mib = block.get("budget_mib")
-    if budget_mib is not None and (
-        not isinstance(budget_mib, (int, float)) or isinstance(budget_mib, bool) or budget_mib <= 0
-    ):
+    if budget_mib is not None and not _positive(budget_mib):
         raise SpecError(
             f"{where}: budget_mib must be a positive number of MiB (the bytes every row is compared at), "
             f"got {budget_mib!r}"
